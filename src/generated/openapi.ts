@@ -1,0 +1,357 @@
+// DO NOT EDIT. TypeScript types of the API, generated from openapi/openapi.yaml by `npm run generate`.
+export interface paths {
+    "/healthz": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Liveness probe
+         * @description Answers 200 while the process is running; does not touch the database.
+         */
+        get: operations["getLiveness"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/readyz": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Readiness probe
+         * @description Answers 200 when the database answers a query, 503 otherwise.
+         */
+        get: operations["getReadiness"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/resources/{resource_id}/authorized_clients/{client_id}/permissions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Client id */
+                client_id: components["parameters"]["ClientId"];
+                /** @description Resource id */
+                resource_id: components["parameters"]["ResourceId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * List the permissions granted to a client on a resource
+         * @description Returns one page of the permissions granted to the client on the resource.
+         *     `offset` is a page number: `limit * offset` records are skipped, computed exactly even past
+         *     2^53. A page past the end is an empty array, not an error. Results are ordered by `sort_by`
+         *     and then by `id`, so pages are stable. `X-Total-Count` counts every grant of this client on
+         *     this resource; `Link` (RFC 8288) gives `first`, `prev`, `next` and `last` pages, keeping
+         *     `limit` and `sort_by`. `prev` is omitted on page 0 and points at the last page when the
+         *     requested page is past the end; `next` is omitted on the last page and beyond.
+         */
+        get: operations["listClientPermissions"];
+        put?: never;
+        post?: never;
+        /**
+         * Remove permissions from a client on a resource
+         * @description Removes the listed permissions from the client's authorization on the resource, in one
+         *     transaction. Ids that are permissions of the resource but are not granted are ignored, so a
+         *     retried request still answers 204. If any id is not a permission of the resource the request
+         *     answers 422 naming every such id and removes nothing. Duplicated ids are allowed. The
+         *     authorization itself remains, even when its last permission is removed.
+         */
+        delete: operations["unauthorizeClientPermissions"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
+export type webhooks = Record<string, never>;
+export interface components {
+    schemas: {
+        EntityId: string;
+        Health: {
+            /** @enum {string} */
+            status: "ok";
+        };
+        Permission: {
+            /** @description Additional information about the permission. */
+            description?: string;
+            id: components["schemas"]["PermissionId"];
+            /**
+             * @description Unique within its resource; a verb and a noun separated by a colon, no spaces.
+             * @example read:user
+             */
+            name: string;
+        };
+        /** @description The `id` of a Permission. */
+        PermissionId: string;
+        /** @description An RFC 9457 problem details object. */
+        Problem: {
+            /** @description What went wrong with this request. */
+            detail: string;
+            /** @description The HTTP status code, repeated. */
+            status: number;
+            /** @description Short summary of the problem type. */
+            title: string;
+            /**
+             * Format: uri-reference
+             * @description Identifies the problem type (see the table in the API description).
+             */
+            type: string;
+        } & {
+            [key: string]: unknown;
+        };
+        UnknownPermissionsProblem: components["schemas"]["Problem"] & {
+            unknown_permission_ids: string[];
+        };
+        /** @description A problem with the list of contract violations found in the request. */
+        ValidationProblem: components["schemas"]["Problem"] & {
+            errors?: {
+                /** @enum {string} */
+                location: "path" | "query" | "header" | "body";
+                message: string;
+                /** @description JSON pointer to the offending value within its location. */
+                pointer: string;
+            }[];
+        };
+    };
+    responses: {
+        /** @description A parameter or the body broke the contract, or the body is not JSON. */
+        BadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["ValidationProblem"];
+            };
+        };
+        /** @description The body is larger than 256 KiB. */
+        ContentTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The token lacks the operation's scope. */
+        Forbidden: {
+            headers: {
+                /** @description `Bearer error="insufficient_scope", scope="…"` (RFC 6750). */
+                "WWW-Authenticate": string;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The service is alive (or ready). */
+        Health: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Health"];
+            };
+        };
+        /** @description An unexpected error; details are logged, never returned. */
+        InternalError: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The resource or the client does not exist, or the client is not authorized on the resource. */
+        NotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The database cannot be reached; retry after `Retry-After` seconds. */
+        ServiceUnavailable: {
+            headers: {
+                /** @description Seconds to wait before retrying. */
+                "Retry-After": number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description No Bearer token, or an invalid one. */
+        Unauthorized: {
+            headers: {
+                /** @description `Bearer`, with `error="invalid_token"` when a token was sent (RFC 6750). */
+                "WWW-Authenticate": string;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description The body is not `application/json`. */
+        UnsupportedMediaType: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+    };
+    parameters: {
+        /** @description Client id */
+        ClientId: components["schemas"]["EntityId"];
+        /** @description Resource id */
+        ResourceId: components["schemas"]["EntityId"];
+    };
+    requestBodies: never;
+    headers: {
+        /**
+         * @description RFC 8288 links to the `first`, `prev`, `next` and `last` pages, as absolute URLs that keep
+         *     `limit` and `sort_by`.
+         * @example <http://localhost:3000/resources/api/authorized_clients/app/permissions?limit=50&offset=0&sort_by=name.asc>; rel="first"
+         */
+        Link: string;
+        /** @description Number of permissions granted to the client on the resource, across all pages. */
+        "X-Total-Count": number;
+    };
+    pathItems: never;
+}
+export type $defs = Record<string, never>;
+export interface operations {
+    getLiveness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["Health"];
+        };
+    };
+    getReadiness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: components["responses"]["Health"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listClientPermissions: {
+        parameters: {
+            query?: {
+                /** @description Maximum number of permissions on the page. */
+                limit?: number;
+                /** @description Page number; `limit * offset` records are skipped. */
+                offset?: number;
+                /**
+                 * @description Comma-separated sort keys, each `<property>` or `<property>.asc|.desc` (no suffix means
+                 *     ascending). Properties: `id`, `name`, `description`. A repeated property keeps its first
+                 *     occurrence. Missing descriptions sort after all others ascending and before them descending.
+                 */
+                sort_by?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Client id */
+                client_id: components["parameters"]["ClientId"];
+                /** @description Resource id */
+                resource_id: components["parameters"]["ResourceId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of the client's permissions on the resource. */
+            200: {
+                headers: {
+                    Link: components["headers"]["Link"];
+                    "X-Total-Count": components["headers"]["X-Total-Count"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Permission"][];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    unauthorizeClientPermissions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Client id */
+                client_id: components["parameters"]["ClientId"];
+                /** @description Resource id */
+                resource_id: components["parameters"]["ResourceId"];
+            };
+            cookie?: never;
+        };
+        /** @description The ids of the permissions to remove (at most 256 KiB). */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PermissionId"][];
+            };
+        };
+        responses: {
+            /** @description The permissions were removed (or were not granted). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["ContentTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Some ids are not permissions of the resource; nothing was removed. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnknownPermissionsProblem"];
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+}

@@ -1,0 +1,215 @@
+// DO NOT EDIT. Per-operation JSON schemas and scopes, generated from openapi/openapi.yaml by `npm run generate`.
+export const operations = {
+  "listClientPermissions": {
+    "operationId": "listClientPermissions",
+    "method": "GET",
+    "path": "/resources/{resource_id}/authorized_clients/{client_id}/permissions",
+    "url": "/resources/:resource_id/authorized_clients/:client_id/permissions",
+    "scopes": [
+      "read:resource"
+    ],
+    "statuses": [
+      200,
+      400,
+      401,
+      403,
+      404,
+      500,
+      503
+    ],
+    "schema": {
+      "params": {
+        "type": "object",
+        "properties": {
+          "resource_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255
+          },
+          "client_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255
+          }
+        },
+        "required": [
+          "resource_id",
+          "client_id"
+        ]
+      },
+      "querystring": {
+        "type": "object",
+        "properties": {
+          "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 500,
+            "default": 50
+          },
+          "offset": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 99999999999999,
+            "default": 0
+          },
+          "sort_by": {
+            "type": "string",
+            "default": "name.asc",
+            "maxLength": 100,
+            "pattern": "^(id|name|description)(\\.(asc|desc))?(,(id|name|description)(\\.(asc|desc))?)*$"
+          }
+        }
+      },
+      "response": {
+        "200": {
+          "type": "array",
+          "maxItems": 500,
+          "items": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": [
+              "id",
+              "name"
+            ],
+            "properties": {
+              "id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 255,
+                "description": "The `id` of a Permission."
+              },
+              "name": {
+                "type": "string",
+                "description": "Unique within its resource; a verb and a noun separated by a colon, no spaces.",
+                "minLength": 3,
+                "maxLength": 255,
+                "pattern": "^[^\\s:]+:[^\\s:]+$",
+                "examples": [
+                  "read:user"
+                ]
+              },
+              "description": {
+                "type": "string",
+                "description": "Additional information about the permission."
+              }
+            }
+          }
+        }
+      }
+    }
+  },
+  "unauthorizeClientPermissions": {
+    "operationId": "unauthorizeClientPermissions",
+    "method": "DELETE",
+    "path": "/resources/{resource_id}/authorized_clients/{client_id}/permissions",
+    "url": "/resources/:resource_id/authorized_clients/:client_id/permissions",
+    "scopes": [
+      "delete:resource"
+    ],
+    "statuses": [
+      204,
+      400,
+      401,
+      403,
+      404,
+      413,
+      415,
+      422,
+      500,
+      503
+    ],
+    "schema": {
+      "params": {
+        "type": "object",
+        "properties": {
+          "resource_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255
+          },
+          "client_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255
+          }
+        },
+        "required": [
+          "resource_id",
+          "client_id"
+        ]
+      },
+      "body": {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 500,
+        "items": {
+          "type": "string",
+          "minLength": 1,
+          "maxLength": 255,
+          "description": "The `id` of a Permission."
+        }
+      }
+    }
+  },
+  "getLiveness": {
+    "operationId": "getLiveness",
+    "method": "GET",
+    "path": "/healthz",
+    "url": "/healthz",
+    "scopes": [],
+    "statuses": [
+      200
+    ],
+    "schema": {
+      "response": {
+        "200": {
+          "type": "object",
+          "additionalProperties": false,
+          "required": [
+            "status"
+          ],
+          "properties": {
+            "status": {
+              "type": "string",
+              "enum": [
+                "ok"
+              ]
+            }
+          }
+        }
+      }
+    }
+  },
+  "getReadiness": {
+    "operationId": "getReadiness",
+    "method": "GET",
+    "path": "/readyz",
+    "url": "/readyz",
+    "scopes": [],
+    "statuses": [
+      200,
+      503
+    ],
+    "schema": {
+      "response": {
+        "200": {
+          "type": "object",
+          "additionalProperties": false,
+          "required": [
+            "status"
+          ],
+          "properties": {
+            "status": {
+              "type": "string",
+              "enum": [
+                "ok"
+              ]
+            }
+          }
+        }
+      }
+    }
+  }
+} as const
+
+export type OperationId = keyof typeof operations

@@ -1,0 +1,70 @@
+// What `npm start` and the npm scripts use on a laptop when the environment names no database or
+// key: an embedded PostgreSQL under .data/ and a generated HS256 secret in .data/ (both git-ignored).
+// Production never gets here: src/server.ts refuses to start without DATABASE_URL and a key.
+import { randomBytes } from 'node:crypto'
+import { mkdir, readFile, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { createSigner } from 'fast-jwt'
+import {
+  attachEmbeddedPostgres, type RunningPostgres, runningPostmaster, startEmbeddedPostgres, stopPostmaster
+} from '../db/embedded-postgres.js'
+import { type Config, jwtKeyOf } from './config.js'
+import { projectRoot } from './project-root.js'
+
+export const localDataDir = join(projectRoot, '.data')
+const localClusterDir = join(localDataDir, 'postgres')
+const localSecretFile = join(localDataDir, 'dev-jwt-secret')
+
+export interface LocalDatabaseOptions {
+  port: number
+  /** Stop a postmaster already running on the data folder (left by a killed run) and start anew. */
+  takeOver: boolean
+  log?: (message: string) => void
+}
+
+/** The local embedded PostgreSQL: started here, or an already running one attached to. */
+export async function openLocalDatabase ({ port, takeOver, log = () => {} }: LocalDatabaseOptions): Promise<RunningPostgres> {
+  const running = await runningPostmaster(localClusterDir)
+  if (running && !takeOver) return attachEmbeddedPostgres(localClusterDir, running.port)
+  if (running) {
+    log(`stopping the embedded PostgreSQL left running by an earlier run (pid ${running.pid})`)
+    await stopPostmaster(running.pid)
+  }
+  const server = await startEmbeddedPostgres({ dataDir: localClusterDir, port })
+  log(`embedded PostgreSQL running on 127.0.0.1:${port}, data in ${localClusterDir}`)
+  return server
+}
+
+/** The HS256 secret for local use, made once and kept in .data/. */
+export async function localJwtSecret (): Promise<string> {
+  const existing = await readFile(localSecretFile, 'utf8').catch(() => undefined)
+  if (existing) return existing.trim()
+  const secret = randomBytes(32).toString('base64url')
+  await mkdir(localDataDir, { recursive: true })
+  await writeFile(localSecretFile, secret + '\n', { mode: 0o600 })
+  return secret
+}
+
+/**
+ * The configuration with the local defaults filled in where the environment leaves gaps:
+ * the embedded database (when `database` is given) and the local secret.
+ */
+export async function withLocalDefaults (config: Config, database?: RunningPostgres): Promise<Config> {
+  const filled = { ...config }
+  if (!filled.DATABASE_URL && database) filled.DATABASE_URL = database.url
+  if (!jwtKeyOf(filled)) filled.JWT_SECRET = await localJwtSecret()
+  return filled
+}
+
+/** A token signed with the configured HS256 secret, for trying the API by hand. */
+export function signToken (config: Config, scope: string, expiresInSeconds: number): string {
+  if (!config.JWT_SECRET) throw new Error('signing a token needs JWT_SECRET (HS256)')
+  const sign = createSigner({
+    key: config.JWT_SECRET,
+    algorithm: 'HS256',
+    expiresIn: expiresInSeconds * 1000,
+    ...(config.JWT_ISSUER ? { iss: config.JWT_ISSUER } : {}),
+    ...(config.JWT_AUDIENCE ? { aud: config.JWT_AUDIENCE } : {})
+  })
+  return sign({ sub: 'local-developer', scope })
+}

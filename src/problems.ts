@@ -1,0 +1,169 @@
+// RFC 9457 problem details: the problem types openapi/openapi.yaml documents, and the one error
+// handler that turns every error (ours, Fastify's validation, body and routing errors, the
+// database's) into application/problem+json without leaking internals.
+import { STATUS_CODES } from 'node:http'
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { isDatabaseUnavailable } from '../plugins/db.js'
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
+const RETRY_AFTER_SECONDS = 5
+
+export class Problem extends Error {
+  readonly status: number
+  readonly type: string
+  readonly title: string
+  readonly extensions: Record<string, unknown>
+  readonly headers: Record<string, string>
+
+  constructor (init: {
+    status: number
+    type?: string
+    title?: string
+    detail: string
+    extensions?: Record<string, unknown>
+    headers?: Record<string, string>
+  }) {
+    super(init.detail)
+    this.status = init.status
+    // about:blank means "just the HTTP status"; its title is then the status phrase (RFC 9457 §4.2.1).
+    this.type = init.type ?? 'about:blank'
+    this.title = init.title ?? STATUS_CODES[init.status] ?? 'Error'
+    this.extensions = init.extensions ?? {}
+    this.headers = init.headers ?? {}
+  }
+
+  toJSON (): Record<string, unknown> {
+    return { type: this.type, title: this.title, status: this.status, detail: this.message, ...this.extensions }
+  }
+}
+
+export interface FieldError { location: 'path' | 'query' | 'header' | 'body', pointer: string, message: string }
+
+export const problems = {
+  invalidRequest: (errors: FieldError[]) => new Problem({
+    status: 400,
+    type: '/problems/invalid-request',
+    title: 'Invalid request',
+    detail: errors.map(({ location, pointer, message }) => `${location}${pointer} ${message}`).join('; '),
+    extensions: { errors }
+  }),
+  malformedBody: (detail: string) => new Problem({
+    status: 400, type: '/problems/malformed-body', title: 'Malformed body', detail
+  }),
+  missingCredentials: () => new Problem({
+    status: 401,
+    type: '/problems/missing-credentials',
+    title: 'Missing credentials',
+    detail: 'This operation needs a Bearer token in the Authorization header.',
+    headers: { 'www-authenticate': 'Bearer' }
+  }),
+  invalidToken: (description: string) => new Problem({
+    status: 401,
+    type: '/problems/invalid-token',
+    title: 'Invalid token',
+    detail: description,
+    headers: { 'www-authenticate': `Bearer error="invalid_token", error_description="${description}"` }
+  }),
+  insufficientScope: (scopes: readonly string[]) => new Problem({
+    status: 403,
+    type: '/problems/insufficient-scope',
+    title: 'Insufficient scope',
+    detail: `This operation needs the scope ${scopes.join(' ')}.`,
+    extensions: { required_scope: scopes.join(' ') },
+    headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${scopes.join(' ')}"` }
+  }),
+  resourceNotFound: (resourceId: string) => new Problem({
+    status: 404,
+    type: '/problems/resource-not-found',
+    title: 'Resource not found',
+    detail: `There is no resource with id "${resourceId}".`
+  }),
+  clientNotFound: (clientId: string) => new Problem({
+    status: 404,
+    type: '/problems/client-not-found',
+    title: 'Client not found',
+    detail: `There is no client with id "${clientId}".`
+  }),
+  clientNotAuthorized: (resourceId: string, clientId: string) => new Problem({
+    status: 404,
+    type: '/problems/client-not-authorized',
+    title: 'Client not authorized on resource',
+    detail: `The client "${clientId}" is not authorized on the resource "${resourceId}".`
+  }),
+  unknownPermissions: (resourceId: string, ids: string[]) => new Problem({
+    status: 422,
+    type: '/problems/unknown-permissions',
+    title: 'Unknown permissions',
+    detail: `${ids.length === 1 ? 'One id is' : `${ids.length} ids are`} not permissions of the resource "${resourceId}"; nothing was removed.`,
+    extensions: { unknown_permission_ids: ids }
+  }),
+  routeNotFound: () => new Problem({ status: 404, detail: 'There is nothing at this URL.' }),
+  methodNotAllowed: (method: string, allowed: string[]) => new Problem({
+    status: 405,
+    detail: `${method} is not supported here; use ${allowed.join(' or ')}.`,
+    headers: { allow: allowed.join(', ') }
+  }),
+  databaseUnavailable: () => new Problem({
+    status: 503,
+    type: '/problems/database-unavailable',
+    title: 'Database unavailable',
+    detail: `The database cannot be reached. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
+    headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
+  }),
+  internal: () => new Problem({ status: 500, detail: 'An unexpected error occurred. It has been logged.' })
+}
+
+export function sendProblem (reply: FastifyReply, problem: Problem): FastifyReply {
+  return reply.code(problem.status).headers(problem.headers).type(PROBLEM_CONTENT_TYPE).send(problem.toJSON())
+}
+
+const validationLocations: Record<string, FieldError['location']> = {
+  params: 'path', querystring: 'query', headers: 'header', body: 'body'
+}
+
+interface ValidationIssue { instancePath: string, message?: string, params?: Record<string, unknown> }
+
+function fieldErrors (error: FastifyError): FieldError[] {
+  const location = validationLocations[error.validationContext ?? 'body'] ?? 'body'
+  return (error.validation as ValidationIssue[]).map((issue) => {
+    const missing = issue.params?.missingProperty
+    return {
+      location,
+      pointer: issue.instancePath + (typeof missing === 'string' ? `/${missing}` : ''),
+      message: issue.message ?? 'is invalid'
+    }
+  })
+}
+
+// Fastify's own request errors, by code, as the problems the spec declares for them.
+const fastifyProblems: Record<string, (error: FastifyError) => Problem> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: () => new Problem({ status: 415, detail: 'The body must be application/json.' }),
+  FST_ERR_CTP_BODY_TOO_LARGE: () => new Problem({ status: 413, detail: 'The body is larger than 256 KiB.' }),
+  FST_ERR_CTP_EMPTY_JSON_BODY: () => problems.malformedBody('The body is empty; a JSON array of permission ids is required.'),
+  FST_ERR_CTP_INVALID_JSON_BODY: () => problems.malformedBody('The body is not valid JSON.'),
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: () => problems.malformedBody('Content-Length does not match the body.')
+}
+
+export function toProblem (error: FastifyError): Problem {
+  if (error instanceof Problem) return error
+  if (error.validation) return problems.invalidRequest(fieldErrors(error))
+  const known = error.code ? fastifyProblems[error.code] : undefined
+  if (known) return known(error)
+  // JSON.parse and secure-json-parse reject bad JSON and __proto__ keys with a 400 SyntaxError.
+  if (error instanceof SyntaxError && error.statusCode === 400) return problems.malformedBody('The body is not valid JSON.')
+  if (isDatabaseUnavailable(error)) return problems.databaseUnavailable()
+  const status = error.statusCode ?? 500
+  if (status >= 400 && status < 500) return new Problem({ status, detail: STATUS_CODES[status] ?? 'Bad request' })
+  return problems.internal()
+}
+
+export function errorHandler (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const problem = toProblem(error)
+  if (problem.status >= 500) request.log.error({ err: error }, 'request failed')
+  else request.log.info({ status: problem.status, type: problem.type }, problem.title)
+  return sendProblem(reply, problem)
+}
+
+export function notFoundHandler (_request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  return sendProblem(reply, problems.routeNotFound())
+}

@@ -1,0 +1,19 @@
+import { existsSync } from 'node:fs'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+// Code runs from src/ under tsx and from dist/src/ once compiled: both find the folder that holds
+// package.json, where openapi/ and db/migrations/ live.
+function findProjectRoot (from: string): string {
+  let dir = from
+  while (!existsSync(join(dir, 'package.json'))) {
+    const parent = dirname(dir)
+    if (parent === dir) throw new Error(`no package.json above ${from}`)
+    dir = parent
+  }
+  return dir
+}
+
+export const projectRoot = findProjectRoot(dirname(fileURLToPath(import.meta.url)))
+export const specPath = join(projectRoot, 'openapi', 'openapi.yaml')
+export const migrationsDir = join(projectRoot, 'db', 'migrations')

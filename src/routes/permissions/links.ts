@@ -1,0 +1,28 @@
+// RFC 8288 Link header for the pages of a list, with absolute URLs that keep limit and sort_by.
+import type { FastifyRequest } from 'fastify'
+
+export interface PageRequest { limit: number, page: number, sortBy: string, total: number }
+
+// A Host header is the client's to choose; only a plain host[:port] goes into a link.
+const plainHost = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/
+
+/** The URL of this request without its query: absolute when the host is sane, else path-only. */
+export function collectionUrl (request: FastifyRequest): string {
+  const path = request.url.split('?', 1)[0]
+  return plainHost.test(request.host) ? `${request.protocol}://${request.host}${path}` : path
+}
+
+/**
+ * first and last always; prev unless on page 0 (clamped to the last page when past the end);
+ * next while a later page has items.
+ */
+export function pageLinks (url: string, { limit, page, sortBy, total }: PageRequest): string {
+  const last = Math.max(0, Math.ceil(total / limit) - 1)
+  // sort_by passed validation, so it holds only letters, dots and commas: safe in a URL as is.
+  const link = (target: number, rel: string) => `<${url}?limit=${limit}&offset=${target}&sort_by=${sortBy}>; rel="${rel}"`
+  const links = [link(0, 'first')]
+  if (page > 0) links.push(link(Math.min(page - 1, last), 'prev'))
+  if (page < last) links.push(link(page + 1, 'next'))
+  links.push(link(last, 'last'))
+  return links.join(', ')
+}

@@ -1,0 +1,41 @@
+// GET: one page of the permissions granted to a client on a resource.
+import type { FastifyInstance } from 'fastify'
+import { listGrantedPermissions, type SortDirection, type SortKey, type SortProperty } from '../../../db/queries.js'
+import type { operations as Operations } from '../../generated/openapi.js'
+import { operations } from '../../generated/operations.js'
+import { collectionUrl, pageLinks } from './links.js'
+import { assertClientAuthorized } from './target.js'
+
+type List = Operations['listClientPermissions']
+const { url, schema, scopes } = operations.listClientPermissions
+
+/**
+ * Parses a `sort_by` the schema's pattern has already accepted (`name.desc,id`). A property named
+ * twice keeps its first direction.
+ */
+export function parseSortBy (sortBy: string): SortKey[] {
+  const keys = new Map<SortProperty, SortDirection>()
+  for (const part of sortBy.split(',')) {
+    const [property, direction = 'asc'] = part.split('.') as [SortProperty, SortDirection?]
+    if (!keys.has(property)) keys.set(property, direction)
+  }
+  return [...keys].map(([property, direction]) => ({ property, direction }))
+}
+
+export default async function listPermissions (fastify: FastifyInstance) {
+  fastify.get<{
+    Params: List['parameters']['path']
+    Querystring: Required<NonNullable<List['parameters']['query']>>
+    Reply: List['responses'][200]['content']['application/json']
+  }>(url, { schema, config: { scopes } }, async (request, reply) => {
+    const { resource_id: resourceId, client_id: clientId } = request.params
+    const { limit, offset: page, sort_by: sortBy } = request.query
+    const result = await listGrantedPermissions(fastify.db, {
+      resourceId, clientId, limit, page, sort: parseSortBy(sortBy)
+    })
+    assertClientAuthorized(result, resourceId, clientId)
+    reply.header('x-total-count', result.total)
+    reply.header('link', pageLinks(collectionUrl(request), { limit, page, sortBy, total: result.total }))
+    return result.permissions
+  })
+}

@@ -1,0 +1,24 @@
+// DELETE: remove permissions from a client on a resource, all of them or none.
+import type { FastifyInstance } from 'fastify'
+import { unauthorizePermissions } from '../../../db/queries.js'
+import type { operations as Operations } from '../../generated/openapi.js'
+import { operations } from '../../generated/operations.js'
+import { problems } from '../../problems.js'
+import { assertClientAuthorized } from './target.js'
+
+type Unauthorize = Operations['unauthorizeClientPermissions']
+const { url, schema, scopes } = operations.unauthorizeClientPermissions
+
+export default async function unauthorize (fastify: FastifyInstance) {
+  fastify.delete<{
+    Params: Unauthorize['parameters']['path']
+    Body: Unauthorize['requestBody']['content']['application/json']
+  }>(url, { schema, config: { scopes } }, async (request, reply) => {
+    const { resource_id: resourceId, client_id: clientId } = request.params
+    const result = await unauthorizePermissions(fastify.db, { resourceId, clientId, permissionIds: request.body })
+    assertClientAuthorized(result, resourceId, clientId)
+    if (result.unknownPermissionIds.length > 0) throw problems.unknownPermissions(resourceId, result.unknownPermissionIds)
+    request.log.info({ resourceId, clientId, removed: result.removed }, 'permissions unauthorized')
+    return reply.code(204).send()
+  })
+}

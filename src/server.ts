@@ -1,0 +1,83 @@
+// The only file that listens. Reads the configuration, and on a laptop (no DATABASE_URL, not
+// production) starts the embedded PostgreSQL with demo data and prints a token to try the API with.
+import { readFile } from 'node:fs/promises'
+import type { AddressInfo } from 'node:net'
+import { join } from 'node:path'
+import closeWithGrace from 'close-with-grace'
+import Fastify from 'fastify'
+import type { RunningPostgres } from '../db/embedded-postgres.js'
+import { seedDatabase } from '../db/seed.js'
+import app, { serverOptions } from './app.js'
+import { jwtKeyOf, loadConfig } from './config.js'
+import { openLocalDatabase, signToken, withLocalDefaults } from './local-dev.js'
+import { projectRoot } from './project-root.js'
+
+function fail (message: string): never {
+  console.error(message)
+  process.exit(1)
+}
+
+let config
+try {
+  config = loadConfig()
+  jwtKeyOf(config)
+} catch (error) {
+  fail((error as Error).message)
+}
+
+if (config.NODE_ENV === 'production') {
+  if (!config.DATABASE_URL) fail('Refusing to start: DATABASE_URL is required in production.')
+  if (!jwtKeyOf(config)) fail('Refusing to start: JWT_SECRET or JWT_PUBLIC_KEY is required in production.')
+}
+
+// A secret generated here is only ever used on this machine, so a token signed with it may be shown.
+const usingLocalSecret = !jwtKeyOf(config)
+let localDatabase: RunningPostgres | undefined
+if (!config.DATABASE_URL) {
+  localDatabase = await openLocalDatabase({
+    port: config.EMBEDDED_POSTGRES_PORT, takeOver: true, log: (message) => console.log(message)
+  }).catch((error: Error) => fail(`Could not start the embedded PostgreSQL: ${error.message}`))
+}
+config = await withLocalDefaults(config, localDatabase)
+
+const fastify = Fastify(serverOptions(config))
+await fastify.register(app, { config })
+
+closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
+  if (err) fastify.log.error({ err }, 'closing after an uncaught error')
+  else fastify.log.info({ signal }, 'closing')
+  await fastify.close()
+  await localDatabase?.stop()
+})
+
+if (localDatabase) {
+  const demo = JSON.parse(await readFile(join(projectRoot, 'db', 'demo-data.json'), 'utf8'))
+  await seedDatabase(fastify.db, demo)
+}
+
+try {
+  await fastify.listen({ host: config.HOST, port: config.PORT })
+} catch (error) {
+  fastify.log.error({ err: error }, 'could not listen')
+  await fastify.close()
+  await localDatabase?.stop()
+  process.exit(1)
+}
+
+if (localDatabase || usingLocalSecret) {
+  const { port } = fastify.addresses()[0] as AddressInfo
+  const base = `http://localhost:${port}`
+  const lines = ['', `Swagger UI:  ${base}/docs`, `OpenAPI:     ${base}/openapi.json`]
+  if (usingLocalSecret) {
+    const token = signToken(config, 'read:resource delete:resource', 12 * 3600)
+    lines.push(
+      '',
+      'Demo token (12 h; read:resource delete:resource). Paste it into "Authorize" in Swagger UI, or:',
+      '',
+      `  export TOKEN=${token}`,
+      `  curl -H "Authorization: Bearer $TOKEN" ${base}/resources/orders-api/authorized_clients/billing-app/permissions`,
+      ''
+    )
+  }
+  console.log(lines.join('\n'))
+}

@@ -1,0 +1,91 @@
+// Builds the real app for a test file: its own database in the test PostgreSQL (TEST_DATABASE_URL,
+// set by `npm test`), migrated by the app itself, served over real HTTP on a loopback port.
+// Every response is checked against the OpenAPI contract (test/contract.ts).
+import { randomBytes } from 'node:crypto'
+import type { AddressInfo } from 'node:net'
+import Fastify, { type FastifyInstance } from 'fastify'
+import pg from 'pg'
+import type { Test } from 'tap'
+import { seedDatabase, type SeedData } from '../db/seed.js'
+import app, { serverOptions } from '../src/app.js'
+import { loadConfig } from '../src/config.js'
+import { checkContract, type ObservedResponse } from './contract.js'
+import { TEST_SECRET } from './tokens.js'
+
+export function testDatabaseUrl (): string {
+  const url = process.env.TEST_DATABASE_URL
+  if (!url) throw new Error('TEST_DATABASE_URL is not set: run the tests with `npm test`')
+  return url
+}
+
+/** A new, empty database on the test server, dropped when the test ends. */
+export async function createTestDatabase (t: Test): Promise<string> {
+  const name = `test_${randomBytes(6).toString('hex')}`
+  const admin = new pg.Client({ connectionString: testDatabaseUrl() })
+  await admin.connect()
+  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.end()
+  t.teardown(async () => {
+    const dropper = new pg.Client({ connectionString: testDatabaseUrl() })
+    await dropper.connect()
+    await dropper.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    await dropper.end()
+  })
+  const url = new URL(testDatabaseUrl())
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
+export interface RequestOptions {
+  method?: string
+  token?: string
+  headers?: Record<string, string>
+  /** Sent as JSON with Content-Type application/json. */
+  json?: unknown
+  /** Sent as is. */
+  body?: string
+}
+
+export interface Harness {
+  app: FastifyInstance
+  /** A pool on the test file's database, to arrange data and check what changed. */
+  db: pg.Pool
+  baseUrl: string
+  request: (path: string, options?: RequestOptions) => Promise<ObservedResponse>
+  seed: (data: SeedData) => Promise<void>
+}
+
+export async function build (t: Test, env: Record<string, string> = {}): Promise<Harness> {
+  const databaseUrl = await createTestDatabase(t)
+  const config = loadConfig({ DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, LOG_LEVEL: 'silent', ...env })
+  const fastify = Fastify(serverOptions(config))
+  await fastify.register(app, { config })
+  await fastify.listen({ host: '127.0.0.1', port: 0 })
+  const db = new pg.Pool({ connectionString: databaseUrl, max: 4 })
+  t.teardown(async () => {
+    await fastify.close()
+    await db.end()
+  })
+  const { port } = fastify.server.address() as AddressInfo
+  const baseUrl = `http://127.0.0.1:${port}`
+
+  async function request (path: string, options: RequestOptions = {}): Promise<ObservedResponse> {
+    const method = options.method ?? 'GET'
+    const headers: Record<string, string> = { ...options.headers }
+    if (options.token) headers.authorization = `Bearer ${options.token}`
+    let body = options.body
+    if (options.json !== undefined) {
+      headers['content-type'] ??= 'application/json'
+      body = JSON.stringify(options.json)
+    }
+    const response = await fetch(baseUrl + path, { method, headers, body })
+    const text = await response.text()
+    let parsed: unknown = text
+    if (/json/.test(response.headers.get('content-type') ?? '') && text !== '') parsed = JSON.parse(text)
+    const observed = { status: response.status, headers: response.headers, body: parsed, text }
+    checkContract(method, path, observed)
+    return observed
+  }
+
+  return { app: fastify, db, baseUrl, request, seed: async (data) => { await seedDatabase(db, data) } }
+}

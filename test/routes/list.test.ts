@@ -1,0 +1,221 @@
+import t from 'tap'
+import { ordersFixture, ordersPath } from '../fixtures.js'
+import { build } from '../helper.js'
+import { readToken } from '../tokens.js'
+
+const harness = await build(t)
+await harness.seed(ordersFixture())
+const fixture = ordersFixture()
+const granted = fixture.permissions!.slice(0, 10)
+
+type Item = { id: string, name: string, description?: string }
+const list = (query = '', path = ordersPath()) => harness.request(path + query, { token: readToken() })
+const byteOrder = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0)
+
+function links (header: string | null): Record<string, URL> {
+  const result: Record<string, URL> = {}
+  for (const part of (header ?? '').split(', ')) {
+    const match = /^<([^>]+)>; rel="(\w+)"$/.exec(part)
+    if (match) result[match[2]] = new URL(match[1])
+  }
+  return result
+}
+
+t.test('GET with no query → 200, every grant by name ascending, X-Total-Count and first/last links', async (t) => {
+  const res = await list()
+  t.equal(res.status, 200)
+  t.match(res.headers.get('content-type'), /^application\/json/)
+  const names = (res.body as Item[]).map(({ name }) => name)
+  t.same(names, granted.map(({ name }) => name).sort(byteOrder))
+  t.equal(res.headers.get('x-total-count'), '10')
+  const rels = links(res.headers.get('link'))
+  t.same(Object.keys(rels).sort(), ['first', 'last'])
+  t.equal(rels.first.search, '?limit=50&offset=0&sort_by=name.asc')
+  t.equal(rels.last.search, '?limit=50&offset=0&sort_by=name.asc')
+  t.equal(rels.first.pathname, ordersPath())
+})
+
+t.test('items carry only id, name and description; description is omitted when there is none', async (t) => {
+  const res = await list('?sort_by=id')
+  const items = res.body as Item[]
+  const deleteOrders = items.find(({ id }) => id === 'p_delete_orders')
+  t.same(deleteOrders, { id: 'p_delete_orders', name: 'delete:orders' })
+  t.same(items.find(({ id }) => id === 'p_read_orders'), { id: 'p_read_orders', name: 'read:orders', description: 'read orders' })
+  for (const item of items) t.same(Object.keys(item).filter((key) => !['id', 'name', 'description'].includes(key)), [])
+})
+
+t.test('limit and offset: offset is a page number, limit * offset records are skipped', async (t) => {
+  const all = (await list('?limit=500')).body as Item[]
+  const res = await list('?limit=3&offset=1')
+  t.equal(res.status, 200)
+  t.same(res.body, all.slice(3, 6))
+  t.equal(res.headers.get('x-total-count'), '10')
+  const rels = links(res.headers.get('link'))
+  t.same(Object.keys(rels), ['first', 'prev', 'next', 'last'])
+  t.equal(rels.prev.searchParams.get('offset'), '0')
+  t.equal(rels.next.searchParams.get('offset'), '2')
+  t.equal(rels.last.searchParams.get('offset'), '3')
+  const lastPage = await list('?limit=3&offset=3')
+  t.same(lastPage.body, all.slice(9))
+  t.notOk(links(lastPage.headers.get('link')).next, 'no next link on the last page')
+})
+
+t.test('following the next links visits every grant exactly once, keeping limit and sort_by', async (t) => {
+  const seen: string[] = []
+  let url: string | undefined = `${ordersPath()}?limit=3&sort_by=description.desc`
+  let pages = 0
+  while (url && pages < 10) {
+    const res = await harness.request(url, { token: readToken() })
+    t.equal(res.status, 200)
+    seen.push(...(res.body as Item[]).map(({ id }) => id))
+    const next: URL | undefined = links(res.headers.get('link')).next
+    if (next) {
+      t.equal(next.searchParams.get('limit'), '3')
+      t.equal(next.searchParams.get('sort_by'), 'description.desc')
+    }
+    url = next ? next.pathname + next.search : undefined
+    pages++
+  }
+  t.equal(pages, 4)
+  t.same([...seen].sort(), granted.map(({ id }) => id).sort(), 'no item twice, none skipped')
+})
+
+t.test('sort_by orders by each key in turn and always finishes with id', async (t) => {
+  const expected = [...granted].sort((a, b) => {
+    // description.desc puts missing descriptions first (PostgreSQL: NULLS FIRST when descending).
+    if ((a.description ?? null) !== (b.description ?? null)) {
+      if (a.description === undefined) return -1
+      if (b.description === undefined) return 1
+      return byteOrder(b.description, a.description!)
+    }
+    return byteOrder(a.name, b.name) || byteOrder(a.id, b.id)
+  })
+  const res = await list('?sort_by=description.desc,name')
+  t.same((res.body as Item[]).map(({ id }) => id), expected.map(({ id }) => id))
+
+  const byIdDesc = await list('?sort_by=id.desc')
+  t.same((byIdDesc.body as Item[]).map(({ id }) => id), granted.map(({ id }) => id).sort(byteOrder).reverse())
+
+  const ascending = await list('?sort_by=description')
+  const descriptions = (ascending.body as Item[]).map(({ description }) => description)
+  const missing = granted.filter(({ description }) => description === undefined).length
+  t.equal(missing, 2)
+  t.same(descriptions.slice(-missing), [undefined, undefined], 'missing descriptions sort last ascending')
+  t.notOk(descriptions.slice(0, -missing).includes(undefined))
+})
+
+t.test('a repeated sort property keeps its first direction', async (t) => {
+  const res = await list('?sort_by=name.desc,name.asc')
+  t.same((res.body as Item[]).map(({ name }) => name), granted.map(({ name }) => name).sort(byteOrder).reverse())
+})
+
+t.test('the largest offset (limit 500, offset 99999999999999 skips 5·10^16 rows) → 200 []', async (t) => {
+  const res = await list('?limit=500&offset=99999999999999')
+  t.equal(res.status, 200)
+  t.same(res.body, [])
+  t.equal(res.headers.get('x-total-count'), '10')
+  const rels = links(res.headers.get('link'))
+  t.equal(rels.prev.searchParams.get('offset'), '0', 'prev points at the last page that exists')
+  t.notOk(rels.next)
+  const pastEnd = await list('?limit=3&offset=7')
+  t.same(pastEnd.body, [])
+  t.equal(links(pastEnd.headers.get('link')).prev.searchParams.get('offset'), '3')
+})
+
+t.test('limit and offset out of bounds or not integers → 400 invalid-request naming the parameter', async (t) => {
+  const cases: Array<[string, string]> = [
+    ['limit=0', '/limit'], ['limit=501', '/limit'], ['limit=-1', '/limit'], ['limit=1.5', '/limit'],
+    ['limit=abc', '/limit'], ['limit=', '/limit'], ['limit=0x10', '/limit'], ['limit=1e2', '/limit'],
+    ['limit=%205', '/limit'], ['limit=1&limit=2', '/limit'],
+    ['offset=-1', '/offset'], ['offset=100000000000000', '/offset'], ['offset=99999999999999999999', '/offset'],
+    ['offset=1.0', '/offset']
+  ]
+  for (const [query, pointer] of cases) {
+    const res = await list(`?${query}`)
+    t.equal(res.status, 400, query)
+    const body = res.body as { type: string, errors: Array<{ location: string, pointer: string }> }
+    t.equal(body.type, '/problems/invalid-request', query)
+    t.has(body.errors[0], { location: 'query', pointer }, query)
+  }
+})
+
+t.test('sort_by outside the allow-list, injections included → 400, nothing runs', async (t) => {
+  const attempts = [
+    'password', 'NAME', 'name.up', 'name.asc.desc', 'name,', ',name', '', ' name', 'name ,id',
+    'name;DROP TABLE grants', 'name.asc NULLS FIRST', '(SELECT 1)', 'p.name', 'name--', 'id,name.ascending',
+    'name%00', 'name.asc,' + 'id,'.repeat(40) + 'id'
+  ]
+  for (const sortBy of attempts) {
+    const res = await list(`?sort_by=${encodeURIComponent(sortBy)}`)
+    t.equal(res.status, 400, JSON.stringify(sortBy))
+    t.equal((res.body as { errors: Array<{ pointer: string }> }).errors[0].pointer, '/sort_by')
+  }
+  const repeated = await list('?sort_by=name&sort_by=id')
+  t.equal(repeated.status, 400, 'sort_by given twice')
+  const { rows } = await harness.db.query('SELECT count(*)::int AS n FROM grants')
+  t.equal(rows[0].n, 11, 'the grants are all still there')
+})
+
+t.test('404 problems say which part is missing', async (t) => {
+  const cases: Array<[string, string, string]> = [
+    ['app-a', 'missing-api', '/problems/resource-not-found'],
+    ['missing-app', 'orders-api', '/problems/client-not-found'],
+    ['missing-app', 'missing-api', '/problems/resource-not-found'],
+    ['app-c', 'orders-api', '/problems/client-not-authorized']
+  ]
+  for (const [client, resource, type] of cases) {
+    const res = await list('', ordersPath(client, resource))
+    t.equal(res.status, 404, `${resource}/${client}`)
+    t.equal((res.body as { type: string }).type, type)
+  }
+})
+
+t.test('authorized with no grants → 200 [] with a total of 0', async (t) => {
+  const res = await list('', ordersPath('app-b'))
+  t.equal(res.status, 200)
+  t.same(res.body, [])
+  t.equal(res.headers.get('x-total-count'), '0')
+  const rels = links(res.headers.get('link'))
+  t.equal(rels.last.searchParams.get('offset'), '0')
+})
+
+t.test('grants on other resources and of other clients are not listed', async (t) => {
+  const res = await list('?limit=500')
+  t.notOk((res.body as Item[]).some(({ id }) => id === 'p_other'))
+  const other = await list('', ordersPath('app-a', 'other-api'))
+  t.same((other.body as Item[]).map(({ id }) => id), ['p_other'])
+})
+
+t.test('ids: 255 characters reach the database, longer ones → 400, never a router 404', async (t) => {
+  const atLimit = await list('', ordersPath('app-a', 'r'.repeat(255)))
+  t.equal(atLimit.status, 404)
+  t.equal((atLimit.body as { type: string }).type, '/problems/resource-not-found')
+  for (const length of [256, 1000, 5000]) {
+    const res = await list('', ordersPath('a'.repeat(length)))
+    t.equal(res.status, 400, `${length} characters`)
+    t.equal((res.body as { errors: Array<{ location: string, pointer: string }> }).errors[0].pointer, '/client_id')
+  }
+})
+
+t.test('ids with slashes, spaces and unicode are matched exactly', async (t) => {
+  await harness.seed({
+    resources: [{ id: 'team/api v2' }],
+    clients: [{ id: 'клиент-😀' }],
+    permissions: [{ id: 'p/ü', resource_id: 'team/api v2', name: 'read:ü' }],
+    authorizations: [{ resource_id: 'team/api v2', client_id: 'клиент-😀', permission_ids: ['p/ü'] }]
+  })
+  const res = await list('', ordersPath('клиент-😀', 'team/api v2'))
+  t.equal(res.status, 200)
+  t.same(res.body, [{ id: 'p/ü', name: 'read:ü' }])
+  const link = links(res.headers.get('link')).first
+  const followed = await harness.request(link.pathname + link.search, { token: readToken() })
+  t.same(followed.body, res.body, 'the first link leads to the same page')
+})
+
+t.test('HEAD needs the same token as GET', async (t) => {
+  const anonymous = await harness.request(ordersPath(), { method: 'HEAD' })
+  t.equal(anonymous.status, 401)
+  const res = await harness.request(ordersPath(), { method: 'HEAD', token: readToken() })
+  t.equal(res.status, 200)
+  t.equal(res.headers.get('x-total-count'), '10')
+})

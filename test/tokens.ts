@@ -1,0 +1,38 @@
+// Real signed JWTs for the tests: HS256 with the test secret, RS256 and ES256 with key pairs made
+// here, and hand-built hostile tokens.
+import { createHmac, generateKeyPairSync } from 'node:crypto'
+import { createSigner } from 'fast-jwt'
+
+export const TEST_SECRET = 'test-secret-that-is-at-least-32-characters-long'
+export const rsa = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
+export const ec = generateKeyPairSync('ec', { namedCurve: 'P-256', publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
+
+const now = () => Math.floor(Date.now() / 1000)
+
+export interface TokenOptions {
+  algorithm?: 'HS256' | 'RS256' | 'ES256'
+  key?: string
+  /** Seconds until expiry; `null` leaves `exp` out. */
+  expiresIn?: number | null
+}
+
+/** A token signed with `algorithm` (HS256 with the test secret unless `key` is given). */
+export function token (claims: Record<string, unknown>, { algorithm = 'HS256', key, expiresIn = 300 }: TokenOptions = {}): string {
+  const signingKey = key ?? { HS256: TEST_SECRET, RS256: rsa.privateKey, ES256: ec.privateKey }[algorithm]
+  const sign = createSigner({ key: signingKey, algorithm, noTimestamp: false })
+  return sign({ ...(expiresIn === null ? {} : { exp: now() + expiresIn }), ...claims })
+}
+
+const base64url = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
+
+/** A token built by hand: any header, any payload, HMAC-signed with `hmacKey` or unsigned. */
+export function craftedToken (header: Record<string, unknown>, payload: Record<string, unknown>, hmacKey?: string): string {
+  const input = `${base64url(header)}.${base64url(payload)}`
+  const signature = hmacKey ? createHmac('sha256', hmacKey).update(input).digest('base64url') : ''
+  return `${input}.${signature}`
+}
+
+export const readToken = () => token({ scope: 'read:resource' })
+export const deleteToken = () => token({ scope: 'delete:resource' })
+export const inOneMinute = () => now() + 60
+export { now }
