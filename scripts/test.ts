@@ -3,19 +3,10 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { chmod, mkdtemp, rm } from 'node:fs/promises'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { startEmbeddedPostgres } from '../db/embedded-postgres.js'
+import { freePort, startEmbeddedPostgres } from '../db/embedded-postgres.js'
 import { projectRoot } from '../src/project-root.js'
-
-async function freePort (): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  server.close()
-  return port
-}
 
 let url = process.env.TEST_DATABASE_URL
 let cleanup = async () => {}

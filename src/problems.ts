@@ -2,6 +2,7 @@
 // handler that turns every error (ours, Fastify's validation, body and routing errors, the
 // database's) into application/problem+json without leaking internals.
 import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { isDatabaseUnavailable } from '../plugins/db.js'
 
@@ -162,6 +163,22 @@ export function errorHandler (error: FastifyError, request: FastifyRequest, repl
   if (problem.status >= 500) request.log.error({ err: error }, 'request failed')
   else request.log.info({ status: problem.status, type: problem.type }, problem.title)
   return sendProblem(reply, problem)
+}
+
+/**
+ * Requests Node's HTTP parser rejects never reach Fastify's routing: answer them as problems too,
+ * straight on the socket (headers over the limit → 431, anything else malformed → 400).
+ */
+export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket): void {
+  // A reset connection has no one left to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
+  const detail = status === 431
+    ? 'The request headers are larger than the server accepts.'
+    : status === 408 ? 'The request took too long to arrive.' : 'The request is not valid HTTP.'
+  const body = JSON.stringify(new Problem({ status, detail }).toJSON())
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
 }
 
 export function notFoundHandler (_request: FastifyRequest, reply: FastifyReply): FastifyReply {

@@ -14,6 +14,7 @@ export const operations = {
       401,
       403,
       404,
+      431,
       500,
       503
     ],
@@ -115,6 +116,7 @@ export const operations = {
       413,
       415,
       422,
+      431,
       500,
       503
     ],

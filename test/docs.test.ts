@@ -1,0 +1,36 @@
+import { readFile } from 'node:fs/promises'
+import t from 'tap'
+import { parse } from 'yaml'
+import { specPath } from '../src/project-root.js'
+import { build } from './helper.js'
+
+const harness = await build(t)
+
+t.test('GET /openapi.json serves openapi/openapi.yaml itself, without a token', async (t) => {
+  const res = await harness.request('/openapi.json')
+  t.equal(res.status, 200)
+  t.match(res.headers.get('content-type'), /^application\/json/)
+  t.same(res.body, parse(await readFile(specPath, 'utf8')))
+})
+
+t.test('GET /docs serves Swagger UI pointing at /openapi.json, without a token', async (t) => {
+  const page = await fetch(`${harness.baseUrl}/docs/`)
+  t.equal(page.status, 200)
+  t.match(await page.text(), /swagger-ui/)
+  const initializer = await fetch(`${harness.baseUrl}/docs/static/swagger-initializer.js`)
+  t.equal(initializer.status, 200)
+  t.match(await initializer.text(), /\/openapi\.json/)
+  const bundle = await fetch(`${harness.baseUrl}/docs/static/swagger-ui-bundle.js`)
+  t.equal(bundle.status, 200, 'the UI is served locally, no CDN')
+})
+
+t.test('the served document declares the bearer scheme and each operation\'s scope', async (t) => {
+  const doc = (await harness.request('/openapi.json')).body as {
+    components: { securitySchemes: Record<string, { type: string, scheme: string }> }
+    paths: Record<string, Record<string, { security: Array<Record<string, string[]>> }>>
+  }
+  t.match(doc.components.securitySchemes.bearerAuth, { type: 'http', scheme: 'bearer' })
+  const item = doc.paths['/resources/{resource_id}/authorized_clients/{client_id}/permissions']
+  t.same(item.get.security, [{ bearerAuth: ['read:resource'] }])
+  t.same(item.delete.security, [{ bearerAuth: ['delete:resource'] }])
+})

@@ -1,0 +1,53 @@
+// The database really goes away (its server is stopped) and comes back.
+import { chmod, mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import t from 'tap'
+import { freePort, type RunningPostgres, startEmbeddedPostgres } from '../db/embedded-postgres.js'
+import { seedDatabase } from '../db/seed.js'
+import { ordersFixture, ordersPath } from './fixtures.js'
+import { build } from './helper.js'
+import { deleteToken, readToken } from './tokens.js'
+
+const dir = await mkdtemp(join(tmpdir(), 'client-permissions-outage-'))
+await chmod(dir, 0o755)
+const clusterOptions = { dataDir: join(dir, 'pg'), port: await freePort() }
+let server: RunningPostgres = await startEmbeddedPostgres(clusterOptions)
+t.teardown(async () => {
+  await server.stop()
+  await rm(dir, { recursive: true, force: true })
+})
+
+const harness = await build(t, { DATABASE_URL: server.url })
+await seedDatabase(harness.app.db, ordersFixture())
+const list = () => harness.request(ordersPath(), { token: readToken() })
+
+t.test('while the database is up: 200 and ready', async (t) => {
+  t.equal((await list()).status, 200)
+  t.equal((await harness.request('/readyz')).status, 200)
+})
+
+t.test('database stopped → 503 problem with Retry-After, /readyz 503, /healthz 200', async (t) => {
+  await server.stop()
+  const started = Date.now()
+  for (const res of [
+    await list(),
+    await harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: ['p_read_orders'] }),
+    await harness.request('/readyz')
+  ]) {
+    t.equal(res.status, 503)
+    t.equal(res.headers.get('retry-after'), '5')
+    t.match(res.body, { type: '/problems/database-unavailable', status: 503 })
+  }
+  t.ok(Date.now() - started < 15_000, 'answered within seconds, not hung')
+  t.equal((await harness.request('/healthz')).status, 200)
+  t.equal((await harness.request(ordersPath())).status, 401, 'auth still answers first')
+})
+
+t.test('database back → the same process serves again, nothing was removed while it was down', async (t) => {
+  server = await startEmbeddedPostgres(clusterOptions)
+  t.equal((await harness.request('/readyz')).status, 200)
+  const res = await list()
+  t.equal(res.status, 200)
+  t.equal(res.headers.get('x-total-count'), '10')
+})

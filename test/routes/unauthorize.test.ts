@@ -1,0 +1,156 @@
+import t from 'tap'
+import { ordersFixture, ordersPath } from '../fixtures.js'
+import { build } from '../helper.js'
+import { deleteToken, readToken } from '../tokens.js'
+
+const harness = await build(t)
+
+// Each test starts from the same grants: app-a holds 10 permissions of orders-api.
+t.beforeEach(async () => {
+  await harness.db.query('TRUNCATE resources, clients CASCADE')
+  await harness.seed(ordersFixture())
+})
+
+const unauthorize = (ids: unknown, path = ordersPath()) =>
+  harness.request(path, { method: 'DELETE', token: deleteToken(), json: ids })
+
+async function grantsOf (client = 'app-a', resource = 'orders-api'): Promise<string[]> {
+  const { rows } = await harness.db.query(
+    'SELECT permission_id FROM grants WHERE resource_id = $1 AND client_id = $2 ORDER BY permission_id', [resource, client])
+  return rows.map(({ permission_id: id }) => id)
+}
+
+t.test('DELETE granted ids → 204 with an empty body, and only they are removed', async (t) => {
+  const before = await grantsOf()
+  const res = await unauthorize(['p_read_orders', 'p_create_orders'])
+  t.equal(res.status, 204)
+  t.equal(res.text, '')
+  t.same(await grantsOf(), before.filter((id) => id !== 'p_read_orders' && id !== 'p_create_orders'))
+  t.same(await grantsOf('app-a', 'other-api'), ['p_other'], 'grants on other resources stay')
+  const listed = await harness.request(ordersPath(), { token: readToken() })
+  t.equal(listed.headers.get('x-total-count'), '8')
+})
+
+t.test('a retried DELETE, and ids of the resource that are not granted → 204, nothing else changes', async (t) => {
+  t.equal((await unauthorize(['p_read_orders'])).status, 204)
+  const after = await grantsOf()
+  t.equal((await unauthorize(['p_read_orders'])).status, 204, 'retry')
+  t.equal((await unauthorize(['p_update_refunds', 'p_delete_refunds'])).status, 204, 'permissions never granted')
+  t.same(await grantsOf(), after)
+})
+
+t.test('duplicated ids are fine', async (t) => {
+  const res = await unauthorize(['p_read_orders', 'p_read_orders', 'p_read_orders'])
+  t.equal(res.status, 204)
+  t.notOk((await grantsOf()).includes('p_read_orders'))
+})
+
+t.test('DELETE with an unknown permission id → 422 naming every unknown id once, nothing removed', async (t) => {
+  const before = await grantsOf()
+  const res = await unauthorize(['p_read_orders', 'p_typo', 'p_other', 'p_typo', 'p_missing'])
+  t.equal(res.status, 422)
+  t.match(res.body, {
+    type: '/problems/unknown-permissions',
+    status: 422,
+    unknown_permission_ids: ['p_typo', 'p_other', 'p_missing']
+  })
+  t.same(await grantsOf(), before, 'the known id was not removed either')
+})
+
+t.test('the last grant can go; the authorization stays and lists 200 []', async (t) => {
+  const all = await grantsOf()
+  t.equal((await unauthorize(all)).status, 204)
+  t.same(await grantsOf(), [])
+  const { rowCount } = await harness.db.query("SELECT 1 FROM authorizations WHERE resource_id = 'orders-api' AND client_id = 'app-a'")
+  t.equal(rowCount, 1)
+  const listed = await harness.request(ordersPath(), { token: readToken() })
+  t.equal(listed.status, 200)
+  t.same(listed.body, [])
+})
+
+t.test('404 when the resource, the client or the authorization is missing, before any 422', async (t) => {
+  const cases: Array<[string, string, string]> = [
+    ['app-a', 'missing-api', '/problems/resource-not-found'],
+    ['missing-app', 'orders-api', '/problems/client-not-found'],
+    ['app-c', 'orders-api', '/problems/client-not-authorized']
+  ]
+  for (const [client, resource, type] of cases) {
+    const res = await unauthorize(['p_read_orders', 'p_typo'], ordersPath(client, resource))
+    t.equal(res.status, 404, `${resource}/${client}`)
+    t.equal((res.body as { type: string }).type, type)
+  }
+  t.same((await grantsOf()).length, 10)
+})
+
+t.test('bodies that break the contract → 400 invalid-request, nothing removed', async (t) => {
+  const bodies: unknown[] = [
+    [], {}, 'p_read_orders', null, 42, [1, 2], [''], ['a'.repeat(256)], [null], [['p_read_orders']],
+    [{ id: 'p_read_orders' }], Array.from({ length: 501 }, (_, i) => `p_${i}`), [true]
+  ]
+  for (const body of bodies) {
+    const res = await unauthorize(body)
+    t.equal(res.status, 400, JSON.stringify(body).slice(0, 60))
+    t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'body' }] })
+  }
+  t.equal((await grantsOf()).length, 10)
+})
+
+t.test('500 ids (the maximum) are accepted', async (t) => {
+  const ids = [...await grantsOf(), ...Array.from({ length: 490 }, () => 'p_read_orders')]
+  t.equal(ids.length, 500)
+  t.equal((await unauthorize(ids)).status, 204)
+  t.same(await grantsOf(), [])
+})
+
+t.test('malformed or missing bodies → 400 malformed-body or invalid-request', async (t) => {
+  const send = (body: string | undefined, headers: Record<string, string> = { 'content-type': 'application/json' }) =>
+    harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), headers, body })
+  const truncated = await send('["p_read_orders"')
+  t.equal(truncated.status, 400)
+  t.equal((truncated.body as { type: string }).type, '/problems/malformed-body')
+  const empty = await send('')
+  t.equal(empty.status, 400)
+  t.equal((empty.body as { type: string }).type, '/problems/malformed-body')
+  const missing = await send(undefined, {})
+  t.equal(missing.status, 400)
+  t.equal((missing.body as { type: string }).type, '/problems/invalid-request')
+  const poisoned = await send('[{"__proto__": {"x": 1}}]')
+  t.equal(poisoned.status, 400)
+  t.equal((await grantsOf()).length, 10)
+})
+
+t.test('other content types → 415, nothing removed', async (t) => {
+  for (const contentType of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml', 'multipart/form-data; boundary=x', 'application/jsonx']) {
+    const res = await harness.request(ordersPath(), {
+      method: 'DELETE', token: deleteToken(), headers: { 'content-type': contentType }, body: '["p_read_orders"]'
+    })
+    t.equal(res.status, 415, contentType)
+    t.equal((res.body as { type: string }).type, 'about:blank')
+  }
+  const charset = await harness.request(ordersPath(), {
+    method: 'DELETE', token: deleteToken(), headers: { 'content-type': 'application/json; charset=utf-8' }, body: '["p_read_orders"]'
+  })
+  t.equal(charset.status, 204, 'application/json with a charset is JSON')
+  t.equal((await grantsOf()).length, 9)
+})
+
+t.test('bodies over 256 KiB → 413, nothing removed', async (t) => {
+  const huge = JSON.stringify(Array.from({ length: 1100 }, (_, i) => `p_${i}_${'x'.repeat(240)}`))
+  t.ok(huge.length > 256 * 1024)
+  const res = await harness.request(ordersPath(), {
+    method: 'DELETE', token: deleteToken(), headers: { 'content-type': 'application/json' }, body: huge
+  })
+  t.equal(res.status, 413)
+  t.equal((res.body as { title: string }).title, 'Payload Too Large')
+  t.equal((await grantsOf()).length, 10)
+})
+
+t.test('concurrent DELETEs of overlapping ids all answer 204 and leave exactly the rest', async (t) => {
+  const results = await Promise.all([
+    unauthorize(['p_read_orders', 'p_create_orders']),
+    unauthorize(['p_create_orders', 'p_update_orders']),
+    unauthorize(['p_read_orders', 'p_update_orders', 'p_delete_orders'])
+  ])
+  t.same(results.map(({ status }) => status), [204, 204, 204])
+  t.same(await grantsOf(), ['p_create_invoices', 'p_delete_invoices', 'p_read_invoices', 'p_update_invoices', 'p_create_refunds', 'p_read_refunds'].sort())
+})
