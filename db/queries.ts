@@ -46,13 +46,10 @@ export interface ListGrantedPermissionsInput {
 
 export interface PermissionPage extends Target { total: number, permissions: Permission[] }
 
-/**
- * One page of the permissions granted to a client on a resource, the total across pages and the
- * target's existence, in one round trip. An empty page still yields one row, carrying the totals.
- */
-export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput): Promise<PermissionPage> {
-  const order = orderBy(input.sort)
-  const { rows } = await db.query<TargetRow & { total: string, id: string | null, name: string, description: string | null }>(`
+/** The list statement for one sort order; $1 resource id, $2 client id, $3 limit, $4 page. */
+export function listGrantedPermissionsSql (sort: SortKey[]): string {
+  const order = orderBy(sort)
+  return `
     SELECT t.*, p.id, p.name, p.description
     FROM (
       SELECT ${targetColumns},
@@ -63,10 +60,19 @@ export async function listGrantedPermissions (db: Queryable, input: ListGrantedP
       FROM grants g JOIN permissions p ON p.id = g.permission_id
       WHERE g.resource_id = $1 AND g.client_id = $2
       ORDER BY ${order}
+      -- The page number times the limit, as bigint: up to 5·10^16 rows, past JavaScript's integers.
       LIMIT $3::bigint OFFSET $3::bigint * $4::bigint
     ) p ON true
-    ORDER BY ${order}`,
-  [input.resourceId, input.clientId, input.limit, input.page])
+    ORDER BY ${order}`
+}
+
+/**
+ * One page of the permissions granted to a client on a resource, the total across pages and the
+ * target's existence, in one round trip. An empty page still yields one row, carrying the totals.
+ */
+export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput): Promise<PermissionPage> {
+  const { rows } = await db.query<TargetRow & { total: string, id: string | null, name: string, description: string | null }>(
+    listGrantedPermissionsSql(input.sort), [input.resourceId, input.clientId, input.limit, input.page])
   const first = rows[0]
   const permissions: Permission[] = []
   for (const row of rows) {
@@ -75,6 +81,28 @@ export async function listGrantedPermissions (db: Queryable, input: ListGrantedP
   }
   return { ...targetOf(first), total: Number(first.total), permissions }
 }
+
+/** The unauthorize statement; $1 resource id, $2 client id, $3 permission ids. */
+export const unauthorizeSql = `
+  WITH target AS (
+    SELECT ${targetColumns}
+  ), requested AS (
+    SELECT id, min(position) AS position
+    FROM unnest($3::text[]) WITH ORDINALITY AS r (id, position)
+    GROUP BY id
+  ), unknown AS (
+    SELECT coalesce(array_agg(r.id ORDER BY r.position), '{}') AS ids
+    FROM requested r
+    WHERE NOT EXISTS (SELECT 1 FROM permissions p WHERE p.resource_id = $1 AND p.id = r.id)
+  ), removed AS (
+    DELETE FROM grants g
+    USING target, unknown
+    WHERE target.authorized AND cardinality(unknown.ids) = 0
+      AND g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = ANY ($3::text[])
+    RETURNING 1
+  )
+  SELECT target.*, unknown.ids AS unknown_permission_ids, (SELECT count(*) FROM removed) AS removed
+  FROM target, unknown`
 
 export interface UnauthorizeInput { resourceId: string, clientId: string, permissionIds: string[] }
 
@@ -89,27 +117,8 @@ export interface UnauthorizeResult extends Target {
  * deletes only when the client is authorized and every id is a permission of the resource.
  */
 export async function unauthorizePermissions (db: Queryable, input: UnauthorizeInput): Promise<UnauthorizeResult> {
-  const { rows: [row] } = await db.query<TargetRow & { unknown_permission_ids: string[], removed: string }>(`
-    WITH target AS (
-      SELECT ${targetColumns}
-    ), requested AS (
-      SELECT id, min(position) AS position
-      FROM unnest($3::text[]) WITH ORDINALITY AS r (id, position)
-      GROUP BY id
-    ), unknown AS (
-      SELECT coalesce(array_agg(r.id ORDER BY r.position), '{}') AS ids
-      FROM requested r
-      WHERE NOT EXISTS (SELECT 1 FROM permissions p WHERE p.resource_id = $1 AND p.id = r.id)
-    ), removed AS (
-      DELETE FROM grants g
-      USING target, unknown
-      WHERE target.authorized AND cardinality(unknown.ids) = 0
-        AND g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = ANY ($3::text[])
-      RETURNING 1
-    )
-    SELECT target.*, unknown.ids AS unknown_permission_ids, (SELECT count(*) FROM removed) AS removed
-    FROM target, unknown`,
-  [input.resourceId, input.clientId, input.permissionIds])
+  const { rows: [row] } = await db.query<TargetRow & { unknown_permission_ids: string[], removed: string }>(
+    unauthorizeSql, [input.resourceId, input.clientId, input.permissionIds])
   return { ...targetOf(row), unknownPermissionIds: row.unknown_permission_ids, removed: Number(row.removed) }
 }
 
