@@ -9,7 +9,7 @@ import docs from '../plugins/docs.js'
 import env from '../plugins/env.js'
 import { type Config, jwtKeyOf } from './config.js'
 import { operations } from './generated/operations.js'
-import { clientErrorHandler, errorHandler, notFoundHandler, problems } from './problems.js'
+import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, problems } from './problems.js'
 import healthRoutes from './routes/health.js'
 import permissionRoutes from './routes/permissions/index.js'
 
@@ -28,7 +28,8 @@ export function serverOptions (config: Config): FastifyServerOptions {
     // any id that fits in a request line reaches the schema's maxLength instead.
     routerOptions: { maxParamLength: 16 * 1024 },
     trustProxy: trustProxyOf(config.TRUST_PROXY),
-    clientErrorHandler
+    clientErrorHandler,
+    frameworkErrors
   }
 }
 

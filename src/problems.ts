@@ -95,7 +95,7 @@ export const problems = {
     status: 422,
     type: '/problems/unknown-permissions',
     title: 'Unknown permissions',
-    detail: `${ids.length === 1 ? 'One id is' : `${ids.length} ids are`} not permissions of the resource "${resourceId}"; nothing was removed.`,
+    detail: `${ids.length === 1 ? 'One id is not a permission' : `${ids.length} ids are not permissions`} of the resource "${resourceId}"; nothing was removed.`,
     extensions: { unknown_permission_ids: ids }
   }),
   routeNotFound: () => new Problem({ status: 404, detail: 'There is nothing at this URL.' }),
@@ -179,6 +179,15 @@ export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket
   const body = JSON.stringify(new Problem({ status, detail }).toJSON())
   socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
     `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+}
+
+/** Errors of Fastify's router, before any route: a URL whose percent-encoding is broken. */
+export function frameworkErrors (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const problem = error.code === 'FST_ERR_BAD_URL'
+    ? new Problem({ status: 400, detail: 'The URL is not valid: its percent-encoding is broken.' })
+    : toProblem(error)
+  request.log.info({ status: problem.status, code: error.code }, problem.title)
+  return sendProblem(reply, problem)
 }
 
 export function notFoundHandler (_request: FastifyRequest, reply: FastifyReply): FastifyReply {

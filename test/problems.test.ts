@@ -79,3 +79,11 @@ t.test('requests the HTTP parser rejects get problems too: 431 for huge headers,
   const body = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))
   t.same(body, { type: 'about:blank', title: 'Bad Request', status: 400, detail: 'The request is not valid HTTP.' })
 })
+
+t.test('a URL with broken percent-encoding → 400 problem, not the router\'s own JSON', async (t) => {
+  for (const id of ['%', '%E0%A4%A', '%ED%A0%80', '%FF']) {
+    const res = await harness.request(`/resources/${id}/authorized_clients/app-a/permissions`, { token: readToken() })
+    t.equal(res.status, 400, id)
+    t.match(res.body, { type: 'about:blank', title: 'Bad Request', status: 400 })
+  }
+})

@@ -25,12 +25,14 @@ export const operations = {
           "resource_id": {
             "type": "string",
             "minLength": 1,
-            "maxLength": 255
+            "maxLength": 255,
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$"
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
-            "maxLength": 255
+            "maxLength": 255,
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$"
           }
         },
         "required": [
@@ -77,6 +79,7 @@ export const operations = {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 255,
+                "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
                 "description": "The `id` of a Permission."
               },
               "name": {
@@ -127,12 +130,14 @@ export const operations = {
           "resource_id": {
             "type": "string",
             "minLength": 1,
-            "maxLength": 255
+            "maxLength": 255,
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$"
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
-            "maxLength": 255
+            "maxLength": 255,
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$"
           }
         },
         "required": [
@@ -148,6 +153,7 @@ export const operations = {
           "type": "string",
           "minLength": 1,
           "maxLength": 255,
+          "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
           "description": "The `id` of a Permission."
         }
       }

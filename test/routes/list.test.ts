@@ -197,6 +197,12 @@ t.test('ids: 255 characters reach the database, longer ones → 400, never a rou
   }
 })
 
+t.test('ids PostgreSQL cannot store (NUL) → 400 before any query', async (t) => {
+  const res = await list('', '/resources/orders%00api/authorized_clients/app-a/permissions')
+  t.equal(res.status, 400)
+  t.match(res.body, { errors: [{ location: 'path', pointer: '/resource_id' }] })
+})
+
 t.test('ids with slashes, spaces and unicode are matched exactly', async (t) => {
   await harness.seed({
     resources: [{ id: 'team/api v2' }],

@@ -85,7 +85,7 @@ t.test('404 when the resource, the client or the authorization is missing, befor
 t.test('bodies that break the contract → 400 invalid-request, nothing removed', async (t) => {
   const bodies: unknown[] = [
     [], {}, 'p_read_orders', null, 42, [1, 2], [''], ['a'.repeat(256)], [null], [['p_read_orders']],
-    [{ id: 'p_read_orders' }], Array.from({ length: 501 }, (_, i) => `p_${i}`), [true]
+    [{ id: 'p_read_orders' }], ['p_read\u0000orders'], ['\ud800'], Array.from({ length: 501 }, (_, i) => `p_${i}`), [true]
   ]
   for (const body of bodies) {
     const res = await unauthorize(body)
