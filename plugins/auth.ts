@@ -53,7 +53,8 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
     secret: key.algorithm === 'HS256' ? key.secret : { public: key.publicKey },
     verify: {
       algorithms: [key.algorithm],
-      requiredClaims: ['exp'],
+      // fast-jwt checks iss and aud only when present: configured, they must also be required.
+      requiredClaims: ['exp', ...(issuer ? ['iss'] : []), ...(audience ? ['aud'] : [])],
       clockTolerance: CLOCK_TOLERANCE_MS,
       ...(issuer ? { allowedIss: issuer } : {}),
       ...(audience ? { allowedAud: audience } : {}),

@@ -1,0 +1,316 @@
+import { generateKeyPairSync } from 'node:crypto'
+import { createSigner } from 'fast-jwt'
+import t, { type Test } from 'tap'
+import type { ObservedResponse } from '../contract.js'
+import { ordersFixture, ordersPath } from '../fixtures.js'
+import { build, type Harness } from '../helper.js'
+import { craftedToken, ec, inOneMinute, now, readToken, rsa, TEST_SECRET, token } from '../tokens.js'
+
+const harness = await build(t)
+await harness.seed(ordersFixture())
+
+const OTHER_SECRET = 'another-secret-that-is-also-32-characters-or-more'
+const ISSUER = 'https://issuer.example/'
+const AUDIENCE = 'client-permissions-service'
+
+const problemType = (res: ObservedResponse) => (res.body as { type?: string }).type
+const bearer = (value: string) => ({ authorization: `Bearer ${value}` })
+
+/** GET on the orders collection of `on` (the default harness unless told) with these headers. */
+const get = (headers: Record<string, string> = {}, query = '', on: Harness = harness) =>
+  on.request(ordersPath() + query, { headers })
+
+async function grantCount (on: Harness = harness): Promise<number> {
+  const { rows } = await on.db.query('SELECT count(*)::int AS n FROM grants')
+  return rows[0].n
+}
+
+function isMissingCredentials (t: Test, res: ObservedResponse, label: string) {
+  t.equal(res.status, 401, label)
+  t.equal(res.headers.get('www-authenticate'), 'Bearer', `${label}: no error parameter`)
+  t.equal(problemType(res), '/problems/missing-credentials', label)
+}
+
+function isInvalidToken (t: Test, res: ObservedResponse, label: string, description?: string) {
+  t.equal(res.status, 401, label)
+  const challenge = res.headers.get('www-authenticate')
+  t.match(challenge, /^Bearer error="invalid_token", error_description="[^"\\]+"$/, label)
+  if (description) t.equal(challenge, `Bearer error="invalid_token", error_description="${description}"`, label)
+  t.equal(problemType(res), '/problems/invalid-token', label)
+}
+
+function isInsufficientScope (t: Test, res: ObservedResponse, scope: string, label: string) {
+  t.equal(res.status, 403, label)
+  t.equal(res.headers.get('www-authenticate'), `Bearer error="insufficient_scope", scope="${scope}"`, label)
+  t.equal(problemType(res), '/problems/insufficient-scope', label)
+}
+
+/** A service verifying with a public key only: JWT_SECRET is blanked, which loadConfig drops. */
+async function buildWithPublicKey (t: Test, publicKey: string): Promise<Harness> {
+  const withKey = await build(t, { JWT_SECRET: '', JWT_PUBLIC_KEY: publicKey })
+  await withKey.seed(ordersFixture())
+  return withKey
+}
+
+const readClaims = () => ({ scope: 'read:resource', exp: inOneMinute() })
+
+/** A read token correctly signed with an algorithm other than the one the service pins. */
+const signed = (algorithm: 'HS384' | 'HS512' | 'RS384' | 'RS512' | 'PS256', key: string) =>
+  createSigner({ key, algorithm })(readClaims())
+
+t.test('no Authorization header → 401, WWW-Authenticate "Bearer" without error, missing-credentials', async (t) => {
+  isMissingCredentials(t, await get(), 'GET')
+  isMissingCredentials(t, await harness.request(ordersPath(), { method: 'DELETE', json: ['p_read_orders'] }), 'DELETE')
+})
+
+t.test('a non-Bearer scheme (Basic, Digest, Token) → 401 missing-credentials without error', async (t) => {
+  const headers = ['Basic dXNlcjpwYXNz', 'Basic xxx', 'Digest username="a"', `Token ${readToken()}`, `Bearerx${readToken()}`]
+  for (const authorization of headers) isMissingCredentials(t, await get({ authorization }), authorization.slice(0, 12))
+})
+
+t.test('unauthenticated requests with an invalid query or body → 401: auth runs before validation and parsing', async (t) => {
+  isMissingCredentials(t, await get({}, '?limit=abc'), '?limit=abc')
+  isMissingCredentials(t, await get({}, '?sort_by=password&offset=-1'), 'bad sort_by and offset')
+  const deletes: Array<[string, { headers?: Record<string, string>, body?: string, json?: unknown }]> = [
+    ['text/plain body', { headers: { 'content-type': 'text/plain' }, body: 'p_read_orders' }],
+    ['non-array JSON body', { json: { ids: ['p_read_orders'] } }],
+    ['empty array', { json: [] }],
+    ['unparseable JSON', { headers: { 'content-type': 'application/json' }, body: '[' }],
+    ['no body at all', {}]
+  ]
+  for (const [label, options] of deletes) {
+    isMissingCredentials(t, await harness.request(ordersPath(), { method: 'DELETE', ...options }), label)
+  }
+  isInvalidToken(t, await get(bearer('garbage'), '?limit=abc'), 'a bad token with ?limit=abc')
+  const [label, options] = deletes[0]
+  isInvalidToken(t, await harness.request(ordersPath(), { method: 'DELETE', ...options, headers: { ...options.headers, ...bearer('garbage') } }), `bad token, ${label}`)
+})
+
+t.test('authenticated but out of scope with an invalid query or body → 403 before validation', async (t) => {
+  isInsufficientScope(t, await get(bearer(token({ scope: 'delete:resource' })), '?limit=abc'), 'read:resource', '?limit=abc')
+  const res = await harness.request(ordersPath(), {
+    method: 'DELETE', headers: { 'content-type': 'text/plain', ...bearer(readToken()) }, body: 'p_read_orders'
+  })
+  isInsufficientScope(t, res, 'delete:resource', 'text/plain DELETE with a read token')
+})
+
+t.test('the Bearer scheme is case-insensitive (bearer, BEARER, BeArEr) → 200', async (t) => {
+  for (const scheme of ['Bearer', 'bearer', 'BEARER', 'BeArEr']) {
+    const res = await get({ authorization: `${scheme} ${readToken()}` })
+    t.equal(res.status, 200, scheme)
+    t.equal(res.headers.get('x-total-count'), '10', scheme)
+  }
+})
+
+t.test('a malformed Bearer header (no token, two tokens, illegal characters) → 401 invalid_token', async (t) => {
+  const valid = readToken()
+  const headers = ['Bearer', `Bearer ${valid} ${valid}`, 'Bearer a b', `Bearer ${valid}!`, `Bearer ${valid},x`,
+    `Bearer "${valid}"`, `Bearer ${valid.replace('.', '$')}`, `Bearer ${valid}=x`]
+  for (const authorization of headers) {
+    isInvalidToken(t, await get({ authorization }), authorization.slice(0, 40), 'The access token is invalid')
+  }
+})
+
+t.test('a garbage token → 401 invalid_token, invalid-token problem', async (t) => {
+  for (const garbage of ['garbage', 'a.b.c', 'eyJhbGciOiJIUzI1NiJ9.e30.', `${readToken()}x`]) {
+    isInvalidToken(t, await get(bearer(garbage)), garbage.slice(0, 40), 'The access token is invalid')
+  }
+})
+
+t.test('a token signed with another secret → 401 invalid_token', async (t) => {
+  isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { key: OTHER_SECRET }))), 'other secret', 'The access token is invalid')
+})
+
+t.test('a hand-built HS256 token with the right secret → 200 (the crafted-token control)', async (t) => {
+  const res = await get(bearer(craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), TEST_SECRET)))
+  t.equal(res.status, 200)
+})
+
+t.test('expiry: exp 40 s in the past → 401 expired; 10 s in the past → 200 (30 s of clock skew)', async (t) => {
+  const expired = await get(bearer(token({ scope: 'read:resource' }, { expiresIn: -40 })))
+  isInvalidToken(t, expired, 'exp 40 s ago', 'The access token expired')
+  const longExpired = await get(bearer(token({ scope: 'read:resource' }, { expiresIn: -3600 })))
+  isInvalidToken(t, longExpired, 'exp an hour ago', 'The access token expired')
+  const skewed = await get(bearer(token({ scope: 'read:resource' }, { expiresIn: -10 })))
+  t.equal(skewed.status, 200, 'exp 10 s ago')
+})
+
+t.test('a token without exp → 401 invalid_token', async (t) => {
+  isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { expiresIn: null }))), 'no exp', 'The access token is invalid')
+})
+
+t.test('not before: nbf 40 s ahead → 401 not valid yet (never 500); 10 s ahead → 200', async (t) => {
+  const early = await get(bearer(token({ scope: 'read:resource', nbf: now() + 40 })))
+  isInvalidToken(t, early, 'nbf in 40 s', 'The access token is not valid yet')
+  const skewed = await get(bearer(token({ scope: 'read:resource', nbf: now() + 10 })))
+  t.equal(skewed.status, 200, 'nbf in 10 s')
+  const past = await get(bearer(token({ scope: 'read:resource', nbf: now() - 60 })))
+  t.equal(past.status, 200, 'nbf a minute ago')
+})
+
+t.test('an unsigned alg:none token → 401 invalid_token', async (t) => {
+  for (const alg of ['none', 'None', 'NONE']) {
+    isInvalidToken(t, await get(bearer(craftedToken({ alg, typ: 'JWT' }, readClaims()))), alg)
+  }
+  // The same unsigned token with the HS256 header and no signature.
+  isInvalidToken(t, await get(bearer(craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims()))), 'HS256 without signature')
+})
+
+t.test('a crit header naming an unknown extension → 401 invalid_token, even when correctly signed', async (t) => {
+  const header = { alg: 'HS256', typ: 'JWT', crit: ['urn:example:unknown'], 'urn:example:unknown': true }
+  isInvalidToken(t, await get(bearer(craftedToken(header, readClaims(), TEST_SECRET))), 'crit')
+})
+
+t.test('with JWT_SECRET only HS256 verifies: RS256, ES256, HS384 and HS512 tokens → 401', async (t) => {
+  isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'RS256' }))), 'RS256')
+  isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'ES256' }))), 'ES256')
+  for (const algorithm of ['HS384', 'HS512'] as const) {
+    isInvalidToken(t, await get(bearer(signed(algorithm, TEST_SECRET))), `${algorithm} with the right secret`)
+  }
+})
+
+t.test('JWT_PUBLIC_KEY (RSA): RS256 → 200; HS256 keyed with the public key, HS256 with the old secret, ES256, RS384/RS512/PS256, another RSA key → 401', async (t) => {
+  const rs = await buildWithPublicKey(t, rsa.publicKey)
+  const ok = await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'RS256' })), '', rs)
+  t.equal(ok.status, 200, 'RS256')
+  t.equal(ok.headers.get('x-total-count'), '10')
+  const confused = craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), rsa.publicKey)
+  isInvalidToken(t, await get(bearer(confused), '', rs), 'HS256 keyed with the RSA public key PEM')
+  isInvalidToken(t, await get(bearer(readToken()), '', rs), 'HS256 with the test secret (JWT_SECRET was dropped)')
+  isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'ES256' })), '', rs), 'ES256')
+  for (const algorithm of ['RS384', 'RS512', 'PS256'] as const) {
+    isInvalidToken(t, await get(bearer(signed(algorithm, rsa.privateKey)), '', rs), `${algorithm} with the right key`)
+  }
+  const stranger = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs8', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } })
+  isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'RS256', key: stranger.privateKey })), '', rs), 'RS256 with another RSA key')
+})
+
+t.test('JWT_PUBLIC_KEY (P-256): ES256 → 200; RS256 and HS256 keyed with the public key → 401', async (t) => {
+  const es = await buildWithPublicKey(t, ec.publicKey)
+  const ok = await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'ES256' })), '', es)
+  t.equal(ok.status, 200, 'ES256')
+  isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'RS256' })), '', es), 'RS256')
+  const confused = craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), ec.publicKey)
+  isInvalidToken(t, await get(bearer(confused), '', es), 'HS256 keyed with the EC public key PEM')
+  isInvalidToken(t, await get(bearer(readToken()), '', es), 'HS256 with the test secret')
+})
+
+t.test('a JWT_PUBLIC_KEY whose newlines are literal "\\n" escapes still verifies RS256 → 200', async (t) => {
+  const flattened = rsa.publicKey.trim().replaceAll('\n', '\\n')
+  t.notMatch(flattened, /\n/, 'the key is on one line')
+  t.match(flattened, /\\n/)
+  const rs = await buildWithPublicKey(t, flattened)
+  const ok = await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'RS256' })), '', rs)
+  t.equal(ok.status, 200)
+  isInvalidToken(t, await get(bearer(craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), rsa.publicKey)), '', rs), 'HS256 confusion')
+})
+
+t.test('JWT_ISSUER and JWT_AUDIENCE set', async (t) => {
+  const strict = await build(t, { JWT_ISSUER: ISSUER, JWT_AUDIENCE: AUDIENCE })
+  await strict.seed(ordersFixture())
+  const withClaims = (claims: Record<string, unknown>) => get(bearer(token({ scope: 'read:resource', ...claims })), '', strict)
+
+  t.test('the right iss and aud → 200', async (t) => {
+    t.equal((await withClaims({ iss: ISSUER, aud: AUDIENCE })).status, 200, 'aud as a string')
+    t.equal((await withClaims({ iss: ISSUER, aud: ['someone-else', AUDIENCE] })).status, 200, 'aud as an array')
+  })
+
+  t.test('a wrong iss or aud → 401 invalid_token', async (t) => {
+    isInvalidToken(t, await withClaims({ iss: 'https://evil.example/', aud: AUDIENCE }), 'wrong iss')
+    isInvalidToken(t, await withClaims({ iss: ISSUER.slice(0, -1), aud: AUDIENCE }), 'iss without the trailing slash')
+    isInvalidToken(t, await withClaims({ iss: ISSUER, aud: 'someone-else' }), 'wrong aud')
+    isInvalidToken(t, await withClaims({ iss: ISSUER, aud: ['someone-else'] }), 'aud array without ours')
+  })
+
+  // fast-jwt only checks allowedIss/allowedAud when the claim is present; requiredClaims is ['exp'].
+  t.test('a missing iss → 401 invalid_token', async (t) => {
+    isInvalidToken(t, await withClaims({ aud: AUDIENCE }), 'no iss')
+  })
+
+  t.test('a missing aud → 401 invalid_token', async (t) => {
+    isInvalidToken(t, await withClaims({ iss: ISSUER }), 'no aud')
+  })
+})
+
+t.test('JWT_ISSUER and JWT_AUDIENCE not set: any iss and aud, or none → 200', async (t) => {
+  for (const claims of [{ iss: 'https://anyone.example/', aud: 'anything' }, { iss: ISSUER }, {}]) {
+    const res = await get(bearer(token({ scope: 'read:resource', ...claims })))
+    t.equal(res.status, 200, JSON.stringify(claims))
+  }
+})
+
+t.test('scopes granted by scope (space-delimited string), scp (array or string) or permissions (array) → 200', async (t) => {
+  const grants: Array<Record<string, unknown>> = [
+    { scope: 'read:resource' },
+    { scope: 'openid read:resource profile' },
+    { scope: 'read:resource delete:resource' },
+    { scp: ['read:resource'] },
+    { scp: ['openid', 'read:resource'] },
+    { scp: 'read:resource' },
+    { scp: 'openid read:resource' },
+    { permissions: ['read:resource'] },
+    { scope: 'openid', permissions: ['read:resource'] }
+  ]
+  for (const claims of grants) {
+    const res = await get(bearer(token(claims)))
+    t.equal(res.status, 200, JSON.stringify(claims))
+  }
+})
+
+t.test('a token without the exact read:resource scope → 403 insufficient_scope with scope="read:resource"', async (t) => {
+  const lacking: Array<Record<string, unknown>> = [
+    {},
+    { scope: '' },
+    { scope: 'read:resources' },
+    { scope: 'Read:Resource' },
+    { scope: 'read:resource:extra' },
+    { scope: 'read' },
+    { scope: 'delete:resource' },
+    { scope: 'openid,read:resource' },
+    { scope: ['read:resource'] },
+    { scp: ['read:resources', 'openid'] },
+    { permissions: 'read:resource' },
+    { permissions: [['read:resource']] },
+    { 'read:resource': true }
+  ]
+  for (const claims of lacking) {
+    isInsufficientScope(t, await get(bearer(token(claims))), 'read:resource', JSON.stringify(claims))
+  }
+  const body = (await get(bearer(token({ scope: 'openid' })))).body as Record<string, unknown>
+  t.equal(body.required_scope, 'read:resource')
+})
+
+t.test('DELETE needs delete:resource: a read token → 403 scope="delete:resource" and nothing is removed', async (t) => {
+  const before = await grantCount()
+  t.equal(before, 11)
+  const attempt = (authorization?: string) => harness.request(ordersPath(), {
+    method: 'DELETE', json: ['p_read_orders'], headers: authorization ? { authorization } : {}
+  })
+  isInsufficientScope(t, await attempt(`Bearer ${readToken()}`), 'delete:resource', 'read token')
+  isInsufficientScope(t, await attempt(`Bearer ${token({ scope: 'openid delete:resources' })}`), 'delete:resource', 'near miss')
+  isMissingCredentials(t, await attempt(), 'no token')
+  isInvalidToken(t, await attempt(`Bearer ${token({ scope: 'delete:resource' }, { expiresIn: -60 })}`), 'expired delete token')
+  t.equal(await grantCount(), before, 'no grant was removed')
+  const list = await get(bearer(readToken()), '?limit=500')
+  t.ok((list.body as Array<{ id: string }>).some(({ id }) => id === 'p_read_orders'), 'p_read_orders is still granted')
+
+  // Control: the same request with the delete scope does remove the grant.
+  const allowed = await attempt(`Bearer ${token({ scope: 'read:resource delete:resource' })}`)
+  t.equal(allowed.status, 204)
+  t.equal(await grantCount(), before - 1)
+})
+
+t.test('public routes need no token: /healthz, /readyz, /openapi.json, /docs/ → 200', async (t) => {
+  for (const path of ['/healthz', '/readyz', '/openapi.json', '/docs/']) {
+    const res = await harness.request(path)
+    t.equal(res.status, 200, path)
+    t.equal(res.headers.get('www-authenticate'), null, `${path}: no challenge`)
+    const withBadToken = await harness.request(path, { headers: bearer('garbage') })
+    t.equal(withBadToken.status, 200, `${path} ignores a bad token`)
+  }
+})
+
+t.test('a token in the query string (?access_token=) is not accepted → 401 missing-credentials', async (t) => {
+  isMissingCredentials(t, await get({}, `?access_token=${readToken()}`), 'access_token')
+  isMissingCredentials(t, await get({}, `?limit=5&access_token=${encodeURIComponent(`Bearer ${readToken()}`)}`), 'Bearer in access_token')
+})
