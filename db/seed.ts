@@ -3,6 +3,7 @@
 // error names the offending entry.
 import { Ajv } from 'ajv'
 import type pg from 'pg'
+import { authorizeClient, upsertClient, upsertPermission, upsertResource } from './queries.js'
 
 export interface SeedData {
   resources?: Array<{ id: string, name?: string }>
@@ -62,7 +63,7 @@ export function assertSeedData (data: unknown): asserts data is SeedData {
 }
 
 /** What the database refused, said in terms of the seed document. */
-function explain (where: string, error: unknown): SeedError {
+function explain (where: string, error: unknown): Error {
   const { code, detail, message } = error as { code?: string, detail?: string, message: string }
   const reason = detail ?? message
   if (code === '23503') return new SeedError(`${where}: refers to something that does not exist (${reason})`)
@@ -76,50 +77,35 @@ export interface SeedCounts { resources: number, clients: number, permissions: n
 export async function seedDatabase (pool: pg.Pool, data: SeedData): Promise<SeedCounts> {
   const counts: SeedCounts = { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }
   const client = await pool.connect()
+  // Runs one step, saying which entry of the document the database refused.
+  const step = async <T>(where: string, work: () => Promise<T>): Promise<T> => {
+    try {
+      return await work()
+    } catch (error) {
+      throw explain(where, error)
+    }
+  }
   try {
     await client.query('BEGIN')
-    const run = async (where: string, sql: string, values: unknown[]) => {
-      try {
-        return await client.query(sql, values)
-      } catch (error) {
-        throw explain(where, error)
-      }
-    }
     for (const [index, resource] of (data.resources ?? []).entries()) {
-      await run(`resources[${index}] "${resource.id}"`, `
-        INSERT INTO resources (id, name) VALUES ($1, $2)
-        ON CONFLICT (id) DO UPDATE SET name = coalesce(EXCLUDED.name, resources.name)`,
-      [resource.id, resource.name ?? null])
+      await step(`resources[${index}] "${resource.id}"`, () => upsertResource(client, resource))
       counts.resources++
     }
     for (const [index, seedClient] of (data.clients ?? []).entries()) {
-      await run(`clients[${index}] "${seedClient.id}"`, `
-        INSERT INTO clients (id, name) VALUES ($1, $2)
-        ON CONFLICT (id) DO UPDATE SET name = coalesce(EXCLUDED.name, clients.name)`,
-      [seedClient.id, seedClient.name ?? null])
+      await step(`clients[${index}] "${seedClient.id}"`, () => upsertClient(client, seedClient))
       counts.clients++
     }
     for (const [index, permission] of (data.permissions ?? []).entries()) {
       const where = `permissions[${index}] "${permission.id}"`
-      const { rowCount } = await run(where, `
-        INSERT INTO permissions (id, resource_id, name, description) VALUES ($1, $2, $3, $4)
-        ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, description = EXCLUDED.description
-        WHERE permissions.resource_id = EXCLUDED.resource_id`,
-      [permission.id, permission.resource_id, permission.name, permission.description ?? null])
-      if (rowCount === 0) throw new SeedError(`${where}: the id already belongs to a permission of another resource`)
+      if (!await step(where, () => upsertPermission(client, permission))) {
+        throw new SeedError(`${where}: the id already belongs to a permission of another resource`)
+      }
       counts.permissions++
     }
-    for (const [index, authorization] of (data.authorizations ?? []).entries()) {
-      const where = `authorizations[${index}] (resource "${authorization.resource_id}", client "${authorization.client_id}")`
-      const ids = [authorization.resource_id, authorization.client_id]
-      await run(where, 'INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2) ON CONFLICT DO NOTHING', ids)
-      const { rowCount } = await run(where, `
-        INSERT INTO grants (resource_id, client_id, permission_id)
-        SELECT $1, $2, permission_id FROM unnest($3::text[]) AS permission_id
-        ON CONFLICT DO NOTHING`,
-      [...ids, authorization.permission_ids ?? []])
+    for (const [index, { resource_id: resourceId, client_id: clientId, permission_ids: ids = [] }] of (data.authorizations ?? []).entries()) {
+      const where = `authorizations[${index}] (resource "${resourceId}", client "${clientId}")`
+      counts.grants += await step(where, () => authorizeClient(client, resourceId, clientId, ids))
       counts.authorizations++
-      counts.grants += rowCount ?? 0
     }
     await client.query('COMMIT')
     return counts
