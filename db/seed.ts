@@ -58,7 +58,8 @@ export class SeedError extends Error {}
 /** Throws a SeedError listing every way `data` does not fit the seed format. */
 export function assertSeedData (data: unknown): asserts data is SeedData {
   if (validateSeed(data)) return
-  const problems = (validateSeed.errors ?? []).map((error) => `${error.instancePath || '(document)'} ${error.message}`)
+  const problems = (validateSeed.errors ?? []).map(({ instancePath, message, params }) =>
+    `${instancePath || '(document)'} ${message}${params.additionalProperty ? `: "${params.additionalProperty}"` : ''}`)
   throw new SeedError(`The seed file is not valid:\n  ${problems.join('\n  ')}`)
 }
 

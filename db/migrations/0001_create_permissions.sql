@@ -18,8 +18,11 @@ CREATE TABLE permissions (
   id text COLLATE "C" PRIMARY KEY CHECK (char_length(id) BETWEEN 1 AND 255),
   resource_id text COLLATE "C" NOT NULL REFERENCES resources (id) ON DELETE CASCADE,
   name text COLLATE "C" NOT NULL
+    -- The spec's ^[^\s:]+:[^\s:]+$: JavaScript's \s is Unicode whitespace, while [:space:] under
+    -- the "C" collation is ASCII only, so the other whitespace characters are listed.
     CONSTRAINT permission_name_is_verb_colon_noun
-    CHECK (char_length(name) <= 255 AND name ~ '^[^[:space:]:]+:[^[:space:]:]+$'),
+    CHECK (char_length(name) <= 255 AND name ~
+      '^[^:[:space:]\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+:[^:[:space:]\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]+$'),
   description text COLLATE "C",
   CONSTRAINT permission_name_unique_per_resource UNIQUE (resource_id, name),
   -- Target of the grants' composite key: a grant's permission belongs to the grant's resource.

@@ -1,0 +1,303 @@
+// The schema itself keeps the invariants: bad rows written with raw SQL, no service code in the
+// way, are refused by the database with the right SQLSTATE and constraint.
+import pg from 'pg'
+import t, { type Test } from 'tap'
+import { migrateDatabase } from '../../db/migrate.js'
+import { createTestDatabase } from '../helper.js'
+
+async function migratedPool (t: Test): Promise<pg.Pool> {
+  const pool = new pg.Pool({ connectionString: await createTestDatabase(t), max: 4 })
+  t.teardown(() => pool.end())
+  await migrateDatabase(pool)
+  return pool
+}
+
+const db = await migratedPool(t)
+const sql = (text: string, values: unknown[] = []) => db.query(text, values)
+const count = async (text: string, values: unknown[] = []) => (await sql(`SELECT count(*)::int AS n FROM ${text}`, values)).rows[0].n as number
+
+/** A resource with permissions, clients authorized on it, and every permission granted to each. */
+async function arrange (prefix: string, { permissions = 2, clients = 2 } = {}) {
+  const resource = `${prefix}-api`
+  const permissionIds = Array.from({ length: permissions }, (_, i) => `${prefix}-p${i}`)
+  const clientIds = Array.from({ length: clients }, (_, i) => `${prefix}-c${i}`)
+  await sql('INSERT INTO resources (id) VALUES ($1)', [resource])
+  await sql(`INSERT INTO permissions (id, resource_id, name)
+    SELECT id, $1, 'read:' || id FROM unnest($2::text[]) AS id`, [resource, permissionIds])
+  await sql('INSERT INTO clients (id) SELECT unnest($1::text[])', [clientIds])
+  await sql('INSERT INTO authorizations (resource_id, client_id) SELECT $1, unnest($2::text[])', [resource, clientIds])
+  await sql(`INSERT INTO grants (resource_id, client_id, permission_id)
+    SELECT $1, c, p FROM unnest($2::text[]) AS c, unnest($3::text[]) AS p`, [resource, clientIds, permissionIds])
+  return { resource, permissionIds, clientIds }
+}
+
+t.test('a grant for a client that is not authorized on the resource → 23503 grant_within_authorization', async (t) => {
+  await sql("INSERT INTO resources (id) VALUES ('unauth-api')")
+  await sql("INSERT INTO clients (id) VALUES ('unauth-app'), ('auth-app')")
+  await sql("INSERT INTO permissions (id, resource_id, name) VALUES ('unauth-p', 'unauth-api', 'read:x')")
+  await sql("INSERT INTO authorizations (resource_id, client_id) VALUES ('unauth-api', 'auth-app')")
+  await t.rejects(
+    sql("INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('unauth-api', 'unauth-app', 'unauth-p')"),
+    { code: '23503', constraint: 'grant_within_authorization' }
+  )
+  await t.resolves(
+    sql("INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('unauth-api', 'auth-app', 'unauth-p')"),
+    'the same grant is accepted for the authorized client'
+  )
+  t.equal(await count("grants WHERE resource_id = 'unauth-api'"), 1)
+})
+
+t.test('a grant of a permission that belongs to another resource → 23503 grant_of_resource_permission', async (t) => {
+  await sql("INSERT INTO resources (id) VALUES ('cross-a'), ('cross-b')")
+  await sql("INSERT INTO clients (id) VALUES ('cross-app')")
+  await sql(`INSERT INTO permissions (id, resource_id, name)
+    VALUES ('cross-pa', 'cross-a', 'read:a'), ('cross-pb', 'cross-b', 'read:b')`)
+  // Authorized on both, so only the permission's resource can be at fault.
+  await sql("INSERT INTO authorizations (resource_id, client_id) VALUES ('cross-a', 'cross-app'), ('cross-b', 'cross-app')")
+  await t.rejects(
+    sql("INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('cross-a', 'cross-app', 'cross-pb')"),
+    { code: '23503', constraint: 'grant_of_resource_permission' }
+  )
+  await t.rejects(
+    sql("INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('cross-a', 'cross-app', 'no-such-permission')"),
+    { code: '23503', constraint: 'grant_of_resource_permission' },
+    'a permission that does not exist at all'
+  )
+  await sql("INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('cross-a', 'cross-app', 'cross-pa')")
+  await t.rejects(
+    sql("UPDATE grants SET permission_id = 'cross-pb' WHERE resource_id = 'cross-a' AND client_id = 'cross-app'"),
+    { code: '23503', constraint: 'grant_of_resource_permission' },
+    'an update cannot move a grant onto another resource\'s permission'
+  )
+  await t.rejects(
+    sql("UPDATE permissions SET resource_id = 'cross-b' WHERE id = 'cross-pa'"),
+    { code: '23503', constraint: 'grant_of_resource_permission' },
+    'a granted permission cannot be moved to another resource'
+  )
+  t.same((await sql("SELECT permission_id FROM grants WHERE client_id = 'cross-app'")).rows, [{ permission_id: 'cross-pa' }])
+})
+
+t.test('permission names must be verb:noun without whitespace → otherwise 23514', async (t) => {
+  await sql("INSERT INTO resources (id) VALUES ('names-api')")
+  const insert = (id: string, name: string) =>
+    sql("INSERT INTO permissions (id, resource_id, name) VALUES ($1, 'names-api', $2)", [id, name])
+  const refused = [
+    'read user', 'read', 'read:', ':user', ':', 'a:b:c', 'read:\tuser', 'read:user\n', ' read:user', 'read :user', '',
+    'read:' + 'x'.repeat(251)
+  ]
+  for (const [index, name] of refused.entries()) {
+    await t.rejects(insert(`bad-${index}`, name), { code: '23514', constraint: 'permission_name_is_verb_colon_noun' }, JSON.stringify(name))
+  }
+  await t.rejects(
+    sql("INSERT INTO permissions (id, resource_id, name) VALUES ('null-name', 'names-api', NULL)"),
+    { code: '23502' },
+    'a missing name'
+  )
+  const accepted = ['read:user', 'create:client_grants', 'read:ü', 'read:' + 'x'.repeat(250)]
+  for (const [index, name] of accepted.entries()) await t.resolves(insert(`good-${index}`, name), JSON.stringify(name))
+  t.equal(await count("permissions WHERE resource_id = 'names-api'"), accepted.length)
+})
+
+// The OpenAPI contract and the seed format both use the ECMAScript pattern ^[^\s:]+:[^\s:]+$, where
+// \s includes Unicode spaces; [[:space:]] alone, under the column's "C" collation, is ASCII only.
+t.test('permission names with Unicode whitespace are refused like ASCII whitespace → 23514', async (t) => {
+  await sql("INSERT INTO resources (id) VALUES ('unicode-names-api')")
+  for (const [index, name] of ['read:\u00a0user', 'read:\u2003user', 'read\u3000:user', '\ufeffread:user'].entries()) {
+    await t.rejects(
+      sql("INSERT INTO permissions (id, resource_id, name) VALUES ($1, 'unicode-names-api', $2)", [`u-${index}`, name]),
+      { code: '23514' },
+      JSON.stringify(name)
+    )
+  }
+})
+
+t.test('a permission name is unique within its resource (23505), not across resources', async (t) => {
+  await sql("INSERT INTO resources (id) VALUES ('dup-a'), ('dup-b')")
+  await sql("INSERT INTO permissions (id, resource_id, name) VALUES ('dup-1', 'dup-a', 'read:dup')")
+  await t.rejects(
+    sql("INSERT INTO permissions (id, resource_id, name) VALUES ('dup-2', 'dup-a', 'read:dup')"),
+    { code: '23505', constraint: 'permission_name_unique_per_resource' }
+  )
+  await t.rejects(
+    sql("INSERT INTO permissions (id, resource_id, name) VALUES ('dup-1', 'dup-b', 'write:dup')"),
+    { code: '23505', constraint: 'permissions_pkey' },
+    'a permission id is unique across resources'
+  )
+  await t.resolves(sql("INSERT INTO permissions (id, resource_id, name) VALUES ('dup-3', 'dup-b', 'read:dup')"))
+  await t.resolves(
+    sql("INSERT INTO permissions (id, resource_id, name) VALUES ('dup-4', 'dup-a', 'Read:dup')"),
+    'names compare byte for byte: another case is another name'
+  )
+  t.same(
+    (await sql("SELECT id FROM permissions WHERE name = 'read:dup' ORDER BY id")).rows.map(({ id }) => id),
+    ['dup-1', 'dup-3']
+  )
+})
+
+t.test('deleting an authorization deletes its grants, and only its grants', async (t) => {
+  const { resource, clientIds: [gone, kept], permissionIds } = await arrange('del-auth', { permissions: 3 })
+  t.equal(await count('grants WHERE resource_id = $1', [resource]), 6)
+  await sql('DELETE FROM authorizations WHERE resource_id = $1 AND client_id = $2', [resource, gone])
+  t.equal(await count('grants WHERE resource_id = $1 AND client_id = $2', [resource, gone]), 0)
+  t.equal(await count('grants WHERE resource_id = $1 AND client_id = $2', [resource, kept]), 3)
+  t.equal(await count('permissions WHERE resource_id = $1', [resource]), permissionIds.length, 'the permissions stay')
+  t.equal(await count('clients WHERE id = $1', [gone]), 1, 'the client stays')
+})
+
+t.test('deleting a permission removes its grants from every client', async (t) => {
+  const { resource, permissionIds: [gone, kept] } = await arrange('del-perm')
+  await sql('DELETE FROM permissions WHERE id = $1', [gone])
+  t.equal(await count('grants WHERE permission_id = $1', [gone]), 0)
+  t.equal(await count('grants WHERE permission_id = $1', [kept]), 2)
+  t.equal(await count('authorizations WHERE resource_id = $1', [resource]), 2, 'the authorizations stay')
+})
+
+t.test('deleting a client removes its authorizations and grants everywhere', async (t) => {
+  const first = await arrange('del-client-a')
+  const second = await arrange('del-client-b')
+  const gone = first.clientIds[0]
+  await sql('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [second.resource, gone])
+  await sql('INSERT INTO grants (resource_id, client_id, permission_id) VALUES ($1, $2, $3)', [second.resource, gone, second.permissionIds[0]])
+  await sql('DELETE FROM clients WHERE id = $1', [gone])
+  t.equal(await count('authorizations WHERE client_id = $1', [gone]), 0)
+  t.equal(await count('grants WHERE client_id = $1', [gone]), 0)
+  t.equal(await count('grants WHERE resource_id = ANY ($1)', [[first.resource, second.resource]]), 6, 'the other clients keep theirs')
+})
+
+t.test('deleting a resource removes its permissions, authorizations and grants, not other resources\'', async (t) => {
+  const gone = await arrange('del-res-a')
+  const kept = await arrange('del-res-b')
+  // A client authorized on both resources.
+  await sql('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [kept.resource, gone.clientIds[0]])
+  await sql('INSERT INTO grants (resource_id, client_id, permission_id) VALUES ($1, $2, $3)', [kept.resource, gone.clientIds[0], kept.permissionIds[0]])
+  await sql('DELETE FROM resources WHERE id = $1', [gone.resource])
+  for (const table of ['permissions', 'authorizations', 'grants']) {
+    t.equal(await count(`${table} WHERE resource_id = $1`, [gone.resource]), 0, `${table} of the deleted resource`)
+  }
+  t.equal(await count('permissions WHERE resource_id = $1', [kept.resource]), 2)
+  t.equal(await count('authorizations WHERE resource_id = $1', [kept.resource]), 3)
+  t.equal(await count('grants WHERE resource_id = $1', [kept.resource]), 5)
+  t.equal(await count('clients WHERE id = ANY ($1)', [gone.clientIds]), 2, 'the clients stay')
+})
+
+t.test('ids are 1 to 255 characters: empty or longer → 23514', async (t) => {
+  await sql("INSERT INTO resources (id) VALUES ('ids-api')")
+  const inserts: Record<string, (id: string) => Promise<unknown>> = {
+    resources: (id) => sql('INSERT INTO resources (id) VALUES ($1)', [id]),
+    clients: (id) => sql('INSERT INTO clients (id) VALUES ($1)', [id]),
+    permissions: (id) => sql("INSERT INTO permissions (id, resource_id, name) VALUES ($1, 'ids-api', 'read:' || md5($1))", [id])
+  }
+  for (const [table, insert] of Object.entries(inserts)) {
+    for (const id of ['', 'a'.repeat(256), 'é'.repeat(256), 'x'.repeat(10_000)]) {
+      await t.rejects(insert(id), { code: '23514', constraint: `${table}_id_check` }, `${table}: ${id.length} characters`)
+    }
+    await t.resolves(insert(`${table[0]}`.repeat(255)), `${table}: 255 characters`)
+    await t.resolves(insert('😀'.repeat(255)), `${table}: 255 characters outside the BMP`)
+  }
+  t.equal(await count("resources WHERE id <> 'ids-api' AND char_length(id) = 255"), 2)
+})
+
+t.test('migrating an up-to-date database applies nothing', async (t) => {
+  const pool = new pg.Pool({ connectionString: await createTestDatabase(t), max: 1 })
+  t.teardown(() => pool.end())
+  const first = await migrateDatabase(pool)
+  t.ok(first.includes('0001_create_permissions.sql'), `first run applies the migration: ${first.join(', ')}`)
+  t.same(await migrateDatabase(pool), [])
+  t.same(await migrateDatabase(pool), [])
+  const { rows } = await pool.query("SELECT count(*)::int AS n FROM migrations WHERE name = 'create_permissions'")
+  t.equal(rows[0].n, 1)
+})
+
+t.test('three replicas migrating a fresh database at once: each migration is applied exactly once', async (t) => {
+  const url = await createTestDatabase(t)
+  const pools = [1, 2, 3].map(() => new pg.Pool({ connectionString: url, max: 1 }))
+  t.teardown(() => Promise.all(pools.map((pool) => pool.end())))
+  const results = await Promise.all(pools.map((pool) => migrateDatabase(pool)))
+  t.equal(results.filter((applied) => applied.includes('0001_create_permissions.sql')).length, 1, JSON.stringify(results))
+  t.equal(results.filter((applied) => applied.length === 0).length, 2, 'the other two find nothing to do')
+  const { rows } = await pools[0].query(`
+    SELECT relname FROM pg_class
+    WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace ORDER BY relname`)
+  t.same(rows.map(({ relname }) => relname), ['authorizations', 'clients', 'grants', 'migrations', 'permissions', 'resources'])
+  const migrations = await pools[0].query('SELECT name, count(*)::int AS n FROM migrations GROUP BY name ORDER BY name')
+  t.ok(migrations.rows.length > 0)
+  for (const { name, n } of migrations.rows) t.equal(n, 1, `${name} recorded once`)
+  t.same(await migrateDatabase(pools[1]), [], 'and a later run finds nothing to do')
+})
+
+interface PlanNode {
+  'Node Type': string
+  'Relation Name'?: string
+  'Index Name'?: string
+  'Index Cond'?: string
+  'Actual Rows': number
+  'Actual Loops': number
+  'Shared Hit Blocks': number
+  'Shared Read Blocks': number
+  'Heap Fetches'?: number
+  Plans?: PlanNode[]
+}
+
+function planNodes (node: PlanNode): PlanNode[] {
+  return [node, ...(node.Plans ?? []).flatMap(planNodes)]
+}
+
+function describe (node: PlanNode): string {
+  const on = node['Relation Name'] ? ` on ${node['Relation Name']}` : ''
+  const using = node['Index Name'] ? ` using ${node['Index Name']} [${node['Index Cond']}]` : ''
+  const heap = node['Heap Fetches'] === undefined ? '' : ` heap fetches=${node['Heap Fetches']}`
+  return `${node['Node Type']}${on}${using} rows=${node['Actual Rows']}×${node['Actual Loops']}${heap} buffers=${node['Shared Hit Blocks'] + node['Shared Read Blocks']}`
+}
+
+t.test('listing a client\'s grants on a resource reads only its entries of the grants primary key', async (t) => {
+  const pool = await migratedPool(t)
+  const started = Date.now()
+  // 2 resources × 1000 permissions, 100 clients authorized on both with every permission: 200k grants.
+  // The test server runs with synchronous_commit off; committing synchronously lets VACUUM mark
+  // the pages all-visible at once (hint bits wait for the commit to be flushed).
+  await pool.query(`
+    BEGIN;
+    SET LOCAL synchronous_commit = on;
+    INSERT INTO resources (id) SELECT 'api-' || r FROM generate_series(1, 2) r;
+    INSERT INTO clients (id) SELECT 'app-' || lpad(c::text, 3, '0') FROM generate_series(1, 100) c;
+    INSERT INTO permissions (id, resource_id, name)
+      SELECT 'perm-' || r || '-' || lpad(p::text, 4, '0'), 'api-' || r, 'verb' || p || ':noun' || (p % 7)
+      FROM generate_series(1, 2) r, generate_series(1, 1000) p;
+    INSERT INTO authorizations (resource_id, client_id) SELECT r.id, c.id FROM resources r, clients c;
+    INSERT INTO grants (resource_id, client_id, permission_id)
+      SELECT a.resource_id, a.client_id, p.id
+      FROM authorizations a JOIN permissions p ON p.resource_id = a.resource_id;
+    COMMIT`)
+  // Sets the visibility map too, so an index-only scan's buffers are index pages, not heap visits.
+  await pool.query('VACUUM (ANALYZE) grants')
+  await pool.query('ANALYZE')
+  t.equal((await pool.query('SELECT count(*)::int AS n FROM grants')).rows[0].n, 200_000)
+  t.comment(`arranged in ${Date.now() - started} ms`)
+
+  const queries: Record<string, string> = {
+    'the page': `
+      SELECT p.id, p.name, p.description
+      FROM grants g JOIN permissions p ON p.id = g.permission_id
+      WHERE g.resource_id = $1 AND g.client_id = $2
+      ORDER BY p.name, p.id
+      LIMIT 50`,
+    'the total': 'SELECT count(*) FROM grants WHERE resource_id = $1 AND client_id = $2'
+  }
+  for (const [what, query] of Object.entries(queries)) {
+    const { rows } = await pool.query(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${query}`, ['api-2', 'app-042'])
+    const nodes = planNodes(rows[0]['QUERY PLAN'][0].Plan as PlanNode)
+    const summary = nodes.map(describe).join(' > ')
+    t.notOk(nodes.some((node) => node['Node Type'] === 'Seq Scan' && node['Relation Name'] === 'grants'), `${what}: no Seq Scan on grants: ${summary}`)
+    const scan = nodes.find((node) => node['Index Name'] === 'grants_pkey')
+    t.ok(scan && ['Index Scan', 'Index Only Scan', 'Bitmap Index Scan'].includes(scan['Node Type']), `${what}: reads grants_pkey: ${summary}`)
+    if (!scan) continue
+    t.match(scan['Index Cond'], /resource_id = .*client_id = |client_id = .*resource_id = /, `${what}: seeks both columns`)
+    t.equal(scan['Actual Rows'] * scan['Actual Loops'], 1000, `${what}: the index yields the client's 1000 grants on the resource, no more`)
+    // The 1000 entries sit side by side in a few leaf pages; walking or skipping through the
+    // 200k entries would touch hundreds or thousands of pages.
+    t.ok(scan['Shared Hit Blocks'] + scan['Shared Read Blocks'] < 50, `${what}: a handful of index pages: ${describe(scan)}`)
+  }
+  const page = await pool.query(`${queries['the page']}`, ['api-2', 'app-042'])
+  t.equal(page.rows.length, 50)
+  t.ok(page.rows.every(({ id }) => id.startsWith('perm-2-')), 'only the permissions of the resource asked for')
+})
