@@ -102,15 +102,25 @@ export interface components {
         PermissionId: string;
         /** @description An RFC 9457 problem details object. */
         Problem: {
-            /** @description What went wrong with this request. */
+            /**
+             * @description What went wrong with this request.
+             * @example There is no resource with id "orders-api".
+             */
             detail: string;
-            /** @description The HTTP status code, repeated. */
+            /**
+             * @description The HTTP status code, repeated.
+             * @example 404
+             */
             status: number;
-            /** @description Short summary of the problem type. */
+            /**
+             * @description Short summary of the problem type.
+             * @example Resource not found
+             */
             title: string;
             /**
              * Format: uri-reference
              * @description Identifies the problem type (see the table in the API description).
+             * @example /problems/resource-not-found
              */
             type: string;
         } & {
