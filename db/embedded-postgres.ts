@@ -4,7 +4,8 @@
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { constants } from 'node:fs'
-import { access, mkdir, readFile, stat, writeFile } from 'node:fs/promises'
+import { access, chmod, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -63,6 +64,26 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
     throw new Error(`PostgreSQL did not start in ${dataDir} on port ${port}${error ? `: ${String(error)}` : ' (is the port in use?)'}`)
   })
   return { url: connectionUrl(password, port), stop: () => server.stop() }
+}
+
+/** A folder under the system's temporary folder that the `postgres` user can enter, run as root. */
+export async function temporaryFolder (prefix: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), prefix))
+  await chmod(dir, 0o755)
+  return dir
+}
+
+/** A cluster for one run (tests, plans) on a free port, deleted with its folder when stopped. */
+export async function startThrowawayPostgres (): Promise<RunningPostgres> {
+  const dir = await temporaryFolder('client-permissions-pg-')
+  const server = await startEmbeddedPostgres({ dataDir: join(dir, 'pg'), port: await freePort(), ephemeral: true })
+  return {
+    url: server.url,
+    stop: async () => {
+      await server.stop()
+      await rm(dir, { recursive: true, force: true })
+    }
+  }
 }
 
 /**

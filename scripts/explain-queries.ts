@@ -2,11 +2,8 @@
 // Builds a throwaway embedded cluster (or uses DATABASE_URL, which it fills: use an empty database),
 // generates GRANTS grants (default 1,000,000) inside PostgreSQL with generate_series, and prints
 // EXPLAIN (ANALYZE, BUFFERS) of each statement as the service runs it.
-import { chmod, mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import pg from 'pg'
-import { freePort, startEmbeddedPostgres } from '../db/embedded-postgres.js'
+import { startThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { listGrantedPermissionsSql, unauthorizeSql } from '../db/queries.js'
 
@@ -21,11 +18,9 @@ if (!Number.isInteger(total) || total < heavyGrants * 2) {
 let url = process.env.DATABASE_URL
 let stop = async () => {}
 if (!url) {
-  const dir = await mkdtemp(join(tmpdir(), 'client-permissions-explain-'))
-  await chmod(dir, 0o755)
-  const server = await startEmbeddedPostgres({ dataDir: join(dir, 'pg'), port: await freePort(), ephemeral: true })
+  const server = await startThrowawayPostgres()
   url = server.url
-  stop = async () => { await server.stop(); await rm(dir, { recursive: true, force: true }) }
+  stop = server.stop
 }
 
 const pool = new pg.Pool({ connectionString: url, max: 1 })

@@ -1,16 +1,14 @@
 // The database really goes away (its server is stopped) and comes back.
-import { chmod, mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
-import { freePort, type RunningPostgres, startEmbeddedPostgres } from '../db/embedded-postgres.js'
+import { freePort, type RunningPostgres, startEmbeddedPostgres, temporaryFolder } from '../db/embedded-postgres.js'
 import { seedDatabase } from '../db/seed.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
 import { build } from './helper.js'
 import { deleteToken, readToken } from './tokens.js'
 
-const dir = await mkdtemp(join(tmpdir(), 'client-permissions-outage-'))
-await chmod(dir, 0o755)
+const dir = await temporaryFolder('client-permissions-outage-')
 const clusterOptions = { dataDir: join(dir, 'pg'), port: await freePort() }
 let server: RunningPostgres = await startEmbeddedPostgres(clusterOptions)
 t.teardown(async () => {
