@@ -1,7 +1,6 @@
 // The application as a plugin: cross-cutting plugins first, then routes, then error handling.
 // Only src/server.ts listens; tests register this same plugin (test/helper.ts).
 import type { FastifyInstance, FastifyServerOptions } from 'fastify'
-import { Ajv, type ErrorObject, type Options as AjvOptions } from 'ajv'
 import fp from 'fastify-plugin'
 import auth from '../plugins/auth.js'
 import db from '../plugins/db.js'
@@ -12,6 +11,7 @@ import { operations } from './generated/operations.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, problems } from './problems.js'
 import healthRoutes from './routes/health.js'
 import permissionRoutes from './routes/permissions/index.js'
+import { validatorCompiler } from './validation.js'
 
 export interface AppOptions { config: Config }
 
@@ -38,40 +38,11 @@ function trustProxyOf (setting: string): boolean | string {
   return setting === 'true' || setting === 'false' ? setting === 'true' : setting
 }
 
-const commonAjvOptions: AjvOptions = { allErrors: false, useDefaults: true, strict: true }
-// Bodies are JSON and must already have their types: [1, 2] is not a list of ids.
-const bodyAjv = new Ajv({ ...commonAjvOptions, coerceTypes: false })
-// Query strings and paths are text: integers are coerced, but only from plain decimal digits.
-const textAjv = new Ajv({ ...commonAjvOptions, coerceTypes: true })
-const decimalInteger = /^-?\d+$/
-
-function textValidator (schema: Record<string, unknown>) {
-  const validate = textAjv.compile(schema)
-  const properties = (schema.properties ?? {}) as Record<string, { type?: string }>
-  const integers = Object.keys(properties).filter((name) => properties[name].type === 'integer')
-  function validateText (data: Record<string, unknown>) {
-    // Ajv would also coerce "0x10", "1e3" and " 5 ", which are not integers in a URL.
-    for (const name of integers) {
-      const value = data[name]
-      if (typeof value === 'string' && !decimalInteger.test(value)) {
-        validateText.errors = [{ instancePath: `/${name}`, schemaPath: '', keyword: 'type', message: 'must be integer', params: {} }]
-        return false
-      }
-    }
-    const valid = validate(data)
-    validateText.errors = validate.errors
-    return valid
-  }
-  validateText.errors = null as ErrorObject[] | null | undefined
-  return validateText
-}
-
 async function app (fastify: FastifyInstance, { config }: AppOptions) {
   const jwtKey = jwtKeyOf(config)
   if (!jwtKey) throw new Error('JWT_SECRET or JWT_PUBLIC_KEY is required')
 
-  fastify.setValidatorCompiler(({ schema, httpPart }) =>
-    httpPart === 'body' ? bodyAjv.compile(schema) : textValidator(schema as Record<string, unknown>))
+  fastify.setValidatorCompiler(validatorCompiler)
   // Only JSON bodies: without this, Fastify would parse text/plain and defeat the 415.
   fastify.removeContentTypeParser('text/plain')
   fastify.setErrorHandler(errorHandler)
