@@ -1,6 +1,6 @@
 // The application as a plugin: cross-cutting plugins first, then routes, then error handling.
 // Only src/server.ts listens; tests register this same plugin (test/helper.ts).
-import type { FastifyInstance, FastifyServerOptions } from 'fastify'
+import type { FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import auth from '../plugins/auth.js'
 import db from '../plugins/db.js'
@@ -9,6 +9,7 @@ import env from '../plugins/env.js'
 import { type Config, jwtKeyOf } from './config.js'
 import { operations } from './generated/operations.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, problems } from './problems.js'
+import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import healthRoutes from './routes/health.js'
 import permissionRoutes from './routes/permissions/index.js'
 import { validatorCompiler } from './validation.js'
@@ -20,8 +21,11 @@ export function serverOptions (config: Config): FastifyServerOptions {
   return {
     logger: {
       level: config.LOG_LEVEL,
-      redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' }
+      redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' },
+      serializers: { req: serializeRequest }
     },
+    requestIdHeader: false,
+    genReqId: requestIdOf,
     // DELETE bodies above this are refused with 413.
     bodyLimit: 256 * 1024,
     // The router's default of 100 would answer a long id with 404 before auth and validation;
@@ -30,6 +34,17 @@ export function serverOptions (config: Config): FastifyServerOptions {
     trustProxy: trustProxyOf(config.TRUST_PROXY),
     clientErrorHandler,
     frameworkErrors
+  }
+}
+
+// What a log line says of a request: the route it matched, and the URL without secrets a client
+// may have put in the query string.
+function serializeRequest (request: FastifyRequest) {
+  return {
+    method: request.method,
+    url: request.url.replace(/([?&]access_token=)[^&]*/gi, '$1[redacted]'),
+    route: request.routeOptions?.url,
+    remoteAddress: request.ip
   }
 }
 
@@ -42,6 +57,7 @@ async function app (fastify: FastifyInstance, { config }: AppOptions) {
   const jwtKey = jwtKeyOf(config)
   if (!jwtKey) throw new Error('JWT_SECRET or JWT_PUBLIC_KEY is required')
 
+  fastify.addHook('onRequest', async (request, reply) => { reply.header(REQUEST_ID_HEADER, request.id) })
   fastify.setValidatorCompiler(validatorCompiler)
   // Only JSON bodies: without this, Fastify would parse text/plain and defeat the 415.
   fastify.removeContentTypeParser('text/plain')

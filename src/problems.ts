@@ -115,7 +115,8 @@ export const problems = {
 }
 
 export function sendProblem (reply: FastifyReply, problem: Problem): FastifyReply {
-  return reply.code(problem.status).headers(problem.headers).type(PROBLEM_CONTENT_TYPE).send(problem.toJSON())
+  return reply.code(problem.status).headers(problem.headers).type(PROBLEM_CONTENT_TYPE)
+    .send({ ...problem.toJSON(), request_id: reply.request.id })
 }
 
 const validationLocations: Record<string, FieldError['location']> = {

@@ -3,6 +3,7 @@
 // Every response is checked against the OpenAPI contract (test/contract.ts).
 import { randomBytes } from 'node:crypto'
 import type { AddressInfo } from 'node:net'
+import type { Writable } from 'node:stream'
 import Fastify, { type FastifyInstance } from 'fastify'
 import pg from 'pg'
 import type { Test } from 'tap'
@@ -55,10 +56,17 @@ export interface Harness {
   seed: (data: SeedData) => Promise<void>
 }
 
-export async function build (t: Test, env: Record<string, string> = {}): Promise<Harness> {
+export interface BuildOptions {
+  /** Receives the service's log lines (set LOG_LEVEL in env to see them). */
+  logs?: Writable
+}
+
+export async function build (t: Test, env: Record<string, string> = {}, { logs }: BuildOptions = {}): Promise<Harness> {
   const databaseUrl = await createTestDatabase(t)
   const config = loadConfig({ DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, LOG_LEVEL: 'silent', ...env })
-  const fastify = Fastify(serverOptions(config))
+  const options = serverOptions(config)
+  if (logs) options.logger = { ...options.logger as object, stream: logs }
+  const fastify = Fastify(options)
   await fastify.register(app, { config })
   await fastify.listen({ host: '127.0.0.1', port: 0 })
   const db = new pg.Pool({ connectionString: databaseUrl, max: 4 })

@@ -108,6 +108,11 @@ export interface components {
              */
             detail: string;
             /**
+             * @description The request's id, as in its `X-Request-Id` response header and the service's logs.
+             * @example 8d1c2f0e-5b7a-4c1e-9a51-1f0f8f3c2b6d
+             */
+            request_id?: string;
+            /**
              * @description The HTTP status code, repeated.
              * @example 404
              */

@@ -1,0 +1,50 @@
+import { PassThrough } from 'node:stream'
+import t from 'tap'
+import { ordersFixture, ordersPath } from './fixtures.js'
+import { build } from './helper.js'
+import { readToken } from './tokens.js'
+
+const logs: Array<Record<string, unknown>> = []
+const stream = new PassThrough()
+stream.on('data', (chunk: Buffer) => {
+  for (const line of chunk.toString().split('\n').filter(Boolean)) logs.push(JSON.parse(line))
+})
+const harness = await build(t, { LOG_LEVEL: 'info' }, { logs: stream })
+await harness.seed(ordersFixture())
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+t.test('a sane X-Request-Id from the gateway is echoed and put in the problem body', async (t) => {
+  const res = await harness.request(ordersPath('missing-app'), { token: readToken(), headers: { 'x-request-id': 'gw-1234.abc' } })
+  t.equal(res.status, 404)
+  t.equal(res.headers.get('x-request-id'), 'gw-1234.abc')
+  t.equal((res.body as { request_id: string }).request_id, 'gw-1234.abc')
+})
+
+t.test('no or an insane X-Request-Id → a new UUID, echoed', async (t) => {
+  for (const given of [undefined, 'has space', 'x'.repeat(129), 'quote"d', 'ünïcode']) {
+    const res = await harness.request('/healthz', { headers: given === undefined ? {} : { 'x-request-id': given } })
+    t.match(res.headers.get('x-request-id'), uuid, String(given))
+  }
+  const problem = await harness.request(ordersPath())
+  t.equal((problem.body as { request_id: string }).request_id, problem.headers.get('x-request-id'))
+})
+
+t.test('log lines are JSON with the request id, route, status and latency; tokens never appear', async (t) => {
+  const secretish = readToken()
+  const res = await harness.request(`${ordersPath()}?limit=2&access_token=${secretish}`, {
+    token: secretish, headers: { 'x-request-id': 'trace-me', cookie: 'session=s3cr3t' }
+  })
+  t.equal(res.status, 200)
+  await new Promise((resolve) => setImmediate(resolve))
+  const mine = logs.filter((line) => line.reqId === 'trace-me')
+  t.ok(mine.length >= 2, 'incoming and completed lines')
+  const incoming = mine.find((line) => line.req) as { req: { route: string, url: string } }
+  t.equal(incoming.req.route, '/resources/:resource_id/authorized_clients/:client_id/permissions')
+  t.match(incoming.req.url, /access_token=\[redacted\]/)
+  const completed = mine.find((line) => line.res) as { res: { statusCode: number }, responseTime: number }
+  t.equal(completed.res.statusCode, 200)
+  t.type(completed.responseTime, 'number')
+  const everything = JSON.stringify(logs)
+  t.notOk(everything.includes(secretish), 'the token is in no log line')
+  t.notOk(everything.includes('s3cr3t'), 'cookies are in no log line')
+})
