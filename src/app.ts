@@ -6,6 +6,8 @@ import auth from '../plugins/auth.js'
 import db from '../plugins/db.js'
 import docs from '../plugins/docs.js'
 import env from '../plugins/env.js'
+import lifecycle from '../plugins/lifecycle.js'
+import pressure from '../plugins/pressure.js'
 import { type Config, jwtKeyOf } from './config.js'
 import { operations } from './generated/operations.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, problems } from './problems.js'
@@ -33,7 +35,10 @@ export function serverOptions (config: Config): FastifyServerOptions {
     routerOptions: { maxParamLength: 16 * 1024 },
     trustProxy: trustProxyOf(config.TRUST_PROXY),
     clientErrorHandler,
-    frameworkErrors
+    frameworkErrors,
+    // While closing, requests already on a connection are served (and told Connection: close)
+    // instead of Fastify's plain-JSON 503: nothing in flight fails during a rolling deploy.
+    return503OnClosing: false
   }
 }
 
@@ -65,9 +70,11 @@ async function app (fastify: FastifyInstance, { config }: AppOptions) {
   fastify.setNotFoundHandler(notFoundHandler)
 
   await fastify.register(env, { config })
+  await fastify.register(lifecycle)
   await fastify.register(db)
   await fastify.register(auth, { key: jwtKey, issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE })
   await fastify.register(docs)
+  await fastify.register(pressure)
 
   await fastify.register(healthRoutes)
   await fastify.register(permissionRoutes)

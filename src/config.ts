@@ -19,6 +19,12 @@ const schema = {
     LOG_LEVEL: { type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
     // Behind the API gateway: "true", or the gateway's addresses (comma-separated).
     TRUST_PROXY: { type: 'string', default: 'false' },
+    // Above this event-loop lag, API calls are shed with 503; 0 turns shedding off.
+    MAX_EVENT_LOOP_DELAY_MS: { type: 'integer', minimum: 0, default: 1000 },
+    // On SIGTERM: how long readiness fails while requests are still served (for the gateway to
+    // notice), and the bound on the whole shutdown after which the process exits anyway.
+    SHUTDOWN_DELAY_MS: { type: 'integer', minimum: 0, default: 0 },
+    SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, default: 10000 },
     EMBEDDED_POSTGRES_PORT: { type: 'integer', minimum: 1, maximum: 65535, default: 54329 }
   },
   not: { required: ['JWT_SECRET', 'JWT_PUBLIC_KEY'] }
@@ -36,6 +42,9 @@ export interface Config {
   JWT_AUDIENCE?: string
   LOG_LEVEL: string
   TRUST_PROXY: string
+  MAX_EVENT_LOOP_DELAY_MS: number
+  SHUTDOWN_DELAY_MS: number
+  SHUTDOWN_TIMEOUT_MS: number
   EMBEDDED_POSTGRES_PORT: number
 }
 

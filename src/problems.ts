@@ -111,6 +111,20 @@ export const problems = {
     detail: `The database cannot be reached. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
     headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
   }),
+  overloaded: () => new Problem({
+    status: 503,
+    type: '/problems/overloaded',
+    title: 'Overloaded',
+    detail: `The service is overloaded. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
+    headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
+  }),
+  shuttingDown: () => new Problem({
+    status: 503,
+    type: '/problems/shutting-down',
+    title: 'Shutting down',
+    detail: 'This replica is shutting down; send new requests to another one.',
+    headers: { 'retry-after': '1' }
+  }),
   internal: () => new Problem({ status: 500, detail: 'An unexpected error occurred. It has been logged.' })
 }
 

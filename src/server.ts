@@ -3,6 +3,7 @@
 import { readFile } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
 import type { RunningPostgres } from '../db/embedded-postgres.js'
@@ -43,11 +44,19 @@ config = await withLocalDefaults(config, localDatabase)
 const fastify = Fastify(serverOptions(config))
 await fastify.register(app, { config })
 
-closeWithGrace({ delay: 10_000 }, async ({ signal, err }) => {
+// SIGTERM/SIGINT: readiness fails at once, requests keep being served for SHUTDOWN_DELAY_MS, then
+// the listener closes (new connections are refused), in-flight requests finish, the pool closes.
+// Past SHUTDOWN_TIMEOUT_MS close-with-grace exits with code 1 whatever is left.
+closeWithGrace({ delay: config.SHUTDOWN_TIMEOUT_MS }, async ({ signal, err }) => {
+  fastify.startDraining()
   if (err) fastify.log.error({ err }, 'closing after an uncaught error')
-  else fastify.log.info({ signal }, 'closing')
+  else {
+    fastify.log.info({ signal, delayMs: config.SHUTDOWN_DELAY_MS }, 'draining before close')
+    await sleep(config.SHUTDOWN_DELAY_MS)
+  }
   await fastify.close()
   await localDatabase?.stop()
+  fastify.log.info('closed')
 })
 
 if (localDatabase) {

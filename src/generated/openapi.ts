@@ -29,7 +29,7 @@ export interface paths {
         };
         /**
          * Readiness probe
-         * @description Answers 200 when the database answers a query, 503 otherwise.
+         * @description Answers 200 when the database answers a query; 503 when it does not, or once the service has begun shutting down.
          */
         get: operations["getReadiness"];
         put?: never;
@@ -211,7 +211,10 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The database cannot be reached; retry after `Retry-After` seconds. */
+        /**
+         * @description The database cannot be reached, or the service is overloaded (or, for readiness, shutting
+         *     down); retry after `Retry-After` seconds.
+         */
         ServiceUnavailable: {
             headers: {
                 /** @description Seconds to wait before retrying. */

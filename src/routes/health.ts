@@ -1,15 +1,20 @@
-// Probes for the orchestrator: liveness never touches the database, readiness does.
+// Probes for the orchestrator: liveness never touches the database, readiness does, and fails
+// from the moment the service starts shutting down.
 import type { FastifyInstance } from 'fastify'
 import { ping } from '../../db/queries.js'
+import { exemptFromPressure } from '../../plugins/pressure.js'
 import { operations } from '../generated/operations.js'
 import { problems } from '../problems.js'
 
 const { getLiveness, getReadiness } = operations
 
 export default async function healthRoutes (fastify: FastifyInstance) {
-  fastify.get(getLiveness.url, { schema: getLiveness.schema }, async () => ({ status: 'ok' as const }))
+  const config = exemptFromPressure
 
-  fastify.get(getReadiness.url, { schema: getReadiness.schema }, async () => {
+  fastify.get(getLiveness.url, { schema: getLiveness.schema, config }, async () => ({ status: 'ok' as const }))
+
+  fastify.get(getReadiness.url, { schema: getReadiness.schema, config }, async () => {
+    if (fastify.draining) throw problems.shuttingDown()
     try {
       await ping(fastify.db)
     } catch (error) {

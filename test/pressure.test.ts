@@ -1,0 +1,39 @@
+// A real event-loop stall in the service's process (the app runs in this test's process).
+import t from 'tap'
+import { ordersFixture, ordersPath } from './fixtures.js'
+import { build } from './helper.js'
+import { readToken } from './tokens.js'
+
+const harness = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '50' })
+await harness.seed(ordersFixture())
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+function stallEventLoop (ms: number) {
+  const end = Date.now() + ms
+  while (Date.now() < end) { /* the stall itself */ }
+}
+
+t.test('while the event loop lags: API calls → 503 overloaded with Retry-After; probes still answer', async (t) => {
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200, 'before')
+  // under-pressure samples the lag once a second; the request right after a stall sees it.
+  let shed
+  for (let attempt = 0; attempt < 5 && shed?.status !== 503; attempt++) {
+    stallEventLoop(1500)
+    shed = await harness.request(ordersPath(), { token: readToken() })
+  }
+  t.equal(shed!.status, 503)
+  t.equal(shed!.headers.get('retry-after'), '5')
+  t.match(shed!.body, { type: '/problems/overloaded', status: 503 })
+  stallEventLoop(1500)
+  t.equal((await harness.request('/healthz')).status, 200, 'liveness is exempt')
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 503, 'while the API is shed')
+})
+
+t.test('once the loop is calm again, API calls are served', async (t) => {
+  let res
+  for (let attempt = 0; attempt < 50 && res?.status !== 200; attempt++) {
+    await sleep(200)
+    res = await harness.request(ordersPath(), { token: readToken() })
+  }
+  t.equal(res!.status, 200)
+})
