@@ -1,0 +1,34 @@
+# syntax=docker/dockerfile:1
+# Build: compile TypeScript with the dev dependencies. Runtime: production dependencies only,
+# the compiled code, the contract and the migrations, run as the unprivileged `node` user.
+
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY openapi ./openapi
+COPY src ./src
+COPY plugins ./plugins
+COPY db ./db
+COPY scripts ./scripts
+RUN npm run build
+
+FROM node:20-bookworm-slim AS runtime
+ENV NODE_ENV=production \
+    HOST=0.0.0.0 \
+    PORT=3000
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+COPY --from=build /app/dist ./dist
+COPY openapi ./openapi
+COPY db/migrations ./db/migrations
+COPY db/demo-data.json ./db/demo-data.json
+USER node
+EXPOSE 3000
+# Liveness only: readiness (/readyz) is for the orchestrator's routing, not for restarting.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["node", "-e", "fetch(`http://127.0.0.1:${process.env.PORT}/healthz`).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+# Migrations are applied at start, under an advisory lock, before the port opens.
+CMD ["node", "dist/src/server.js"]
