@@ -18,10 +18,11 @@ const sortColumns: Record<SortProperty, string> = { id: 'p.id', name: 'p.name', 
 const sortDirections: Record<SortDirection, string> = { asc: 'ASC', desc: 'DESC' }
 
 function orderBy (sort: SortKey[]): string {
-  const keys = sort.map(({ property, direction }) => `${sortColumns[property]} ${sortDirections[direction]}`)
-  // The id, unique, breaks every tie so pages never overlap or skip.
-  if (!sort.some(({ property }) => property === 'id')) keys.push('p.id ASC')
-  return keys.join(', ')
+  // The id, unique, ends every ORDER BY: it breaks every tie so pages never overlap or skip, and
+  // any key after it could never matter.
+  const idAt = sort.findIndex(({ property }) => property === 'id')
+  const keys: SortKey[] = idAt === -1 ? [...sort, { property: 'id', direction: 'asc' }] : sort.slice(0, idAt + 1)
+  return keys.map(({ property, direction }) => `${sortColumns[property]} ${sortDirections[direction]}`).join(', ')
 }
 
 const targetColumns = `

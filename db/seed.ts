@@ -12,12 +12,14 @@ export interface SeedData {
   authorizations?: Array<{ resource_id: string, client_id: string, permission_ids?: string[] }>
 }
 
-const id = { type: 'string', minLength: 1, maxLength: 255 }
+// As the spec's ids: no NUL (PostgreSQL text cannot hold it), no lone surrogate (not Unicode).
+const text = { type: 'string', pattern: '^[^\\u0000\\uD800-\\uDFFF]*$' }
+const id = { type: 'string', minLength: 1, maxLength: 255, pattern: '^[^\\u0000\\uD800-\\uDFFF]+$' }
 const named = {
   type: 'object',
   additionalProperties: false,
   required: ['id'],
-  properties: { id, name: { type: 'string' } }
+  properties: { id, name: text }
 }
 const seedSchema = {
   type: 'object',
@@ -34,8 +36,8 @@ const seedSchema = {
         properties: {
           id,
           resource_id: id,
-          name: { type: 'string', maxLength: 255, pattern: '^[^\\s:]+:[^\\s:]+$' },
-          description: { type: 'string' }
+          name: { type: 'string', maxLength: 255, pattern: '^[^\\s:\\u0000\\uD800-\\uDFFF]+:[^\\s:\\u0000\\uD800-\\uDFFF]+$' },
+          description: text
         }
       }
     },
@@ -51,7 +53,7 @@ const seedSchema = {
   }
 }
 
-const validateSeed = new Ajv({ allErrors: true }).compile<SeedData>(seedSchema)
+const validateSeed = new Ajv({ allErrors: true, unicodeRegExp: true }).compile<SeedData>(seedSchema)
 
 export class SeedError extends Error {}
 
@@ -70,6 +72,7 @@ function explain (where: string, error: unknown): Error {
   if (code === '23503') return new SeedError(`${where}: refers to something that does not exist (${reason})`)
   if (code === '23505') return new SeedError(`${where}: conflicts with an existing row (${reason})`)
   if (code === '23514') return new SeedError(`${where}: breaks a rule of the schema (${message})`)
+  if (code === '22021') return new SeedError(`${where}: holds text PostgreSQL cannot store (${message})`)
   return error as Error
 }
 

@@ -9,6 +9,10 @@ import { isDatabaseUnavailable } from '../plugins/db.js'
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 const RETRY_AFTER_SECONDS = 5
 
+// RFC 9110 renamed two phrases that Node still spells the old way.
+const currentPhrases: Record<number, string> = { 413: 'Content Too Large', 422: 'Unprocessable Content' }
+const statusPhrase = (status: number) => currentPhrases[status] ?? STATUS_CODES[status] ?? 'Error'
+
 export class Problem extends Error {
   readonly status: number
   readonly type: string
@@ -28,7 +32,7 @@ export class Problem extends Error {
     this.status = init.status
     // about:blank means "just the HTTP status"; its title is then the status phrase (RFC 9457 §4.2.1).
     this.type = init.type ?? 'about:blank'
-    this.title = init.title ?? STATUS_CODES[init.status] ?? 'Error'
+    this.title = init.title ?? statusPhrase(init.status)
     this.extensions = init.extensions ?? {}
     this.headers = init.headers ?? {}
   }
@@ -192,7 +196,7 @@ export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket
     ? 'The request headers are larger than the server accepts.'
     : status === 408 ? 'The request took too long to arrive.' : 'The request is not valid HTTP.'
   const body = JSON.stringify(new Problem({ status, detail }).toJSON())
-  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+  socket.end(`HTTP/1.1 ${status} ${statusPhrase(status)}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
     `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
 }
 

@@ -7,6 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
 import type { RunningPostgres } from '../db/embedded-postgres.js'
+import { isDatabaseUnavailable } from '../plugins/db.js'
 import { seedDatabase } from '../db/seed.js'
 import app, { serverOptions } from './app.js'
 import { jwtKeyOf, loadConfig } from './config.js'
@@ -42,7 +43,14 @@ if (!config.DATABASE_URL) {
 config = await withLocalDefaults(config, localDatabase)
 
 const fastify = Fastify(serverOptions(config))
-await fastify.register(app, { config })
+try {
+  await fastify.register(app, { config })
+} catch (error) {
+  const reason = isDatabaseUnavailable(error) ? 'the database at DATABASE_URL cannot be reached' : (error as Error).message
+  fastify.log.fatal({ err: error }, `could not start: ${reason}`)
+  await localDatabase?.stop()
+  process.exit(1)
+}
 
 // SIGTERM/SIGINT: readiness fails at once, requests keep being served for SHUTDOWN_DELAY_MS, then
 // the listener closes (new connections are refused), in-flight requests finish, the pool closes.

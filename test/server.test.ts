@@ -44,6 +44,14 @@ t.test('production without DATABASE_URL, without a key, or with two keys → ref
   }
 })
 
+t.test('production with a database that refuses connections → exit 1 with one JSON line saying so', async (t) => {
+  const { child, output } = startServer({ NODE_ENV: 'production', JWT_SECRET: TEST_SECRET, DATABASE_URL: 'postgres://u:p@127.0.0.1:1/db' })
+  t.equal(await exitOf(child), 1)
+  const lines = output().split('\n').filter(Boolean)
+  for (const line of lines) t.doesNotThrow(() => JSON.parse(line), `JSON: ${line.slice(0, 80)}`)
+  t.match(JSON.parse(lines.at(-1)!), { level: 60, msg: 'could not start: the database at DATABASE_URL cannot be reached' })
+})
+
 t.test('with DATABASE_URL and a key: migrates, serves, logs JSON, and exits 0 on SIGTERM', async (t) => {
   const databaseUrl = await createTestDatabase(t)
   const { child, output } = startServer({ DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, NODE_ENV: 'production' })
@@ -58,8 +66,8 @@ t.test('with DATABASE_URL and a key: migrates, serves, logs JSON, and exits 0 on
   t.equal(ready.status, 200)
   const res = await fetch(`${address}/resources/r/authorized_clients/c/permissions`, { headers: { authorization: `Bearer ${readToken()}` } })
   t.equal(res.status, 404, 'the migrated, empty database answers')
-  for (const line of output().split('\n').filter((line) => line.startsWith('{'))) {
-    t.doesNotThrow(() => JSON.parse(line), 'every log line is JSON')
+  for (const line of output().split('\n').filter(Boolean)) {
+    t.doesNotThrow(() => JSON.parse(line), `every line of output is a JSON log line: ${line.slice(0, 80)}`)
   }
   t.notMatch(output(), /eyJ/, 'no token is printed or logged in production')
   child.kill('SIGTERM')

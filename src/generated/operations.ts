@@ -14,6 +14,7 @@ export const operations = {
       401,
       403,
       404,
+      408,
       431,
       500,
       503
@@ -116,6 +117,7 @@ export const operations = {
       401,
       403,
       404,
+      408,
       413,
       415,
       422,

@@ -186,6 +186,15 @@ t.test('db:seed refuses a bad file, says which entry is wrong and loads nothing 
       stderr: ['permissions[1] "p_read_orders_2": conflicts with an existing row']
     },
     {
+      name: 'ids and texts PostgreSQL or Unicode cannot hold (NUL, a lone surrogate)',
+      content: JSON.stringify({
+        ...fresh,
+        resources: [...fresh.resources, { id: 'nul\u0000api' }, { id: '\ud800' }],
+        permissions: [...fresh.permissions, { id: 'p_nul', resource_id: 'new-api', name: 'read:a\u0000b', description: 'x\u0000' }]
+      }),
+      stderr: ['/resources/1/id must match pattern', '/resources/2/id must match pattern', '/permissions/1/name must match pattern', '/permissions/1/description must match pattern']
+    },
+    {
       name: 'a permission id that belongs to another resource',
       content: JSON.stringify({ ...fresh, permissions: [...fresh.permissions, { id: 'p_read_orders', resource_id: 'new-api', name: 'read:orders' }] }),
       stderr: ['permissions[1] "p_read_orders": the id already belongs to a permission of another resource']

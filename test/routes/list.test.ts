@@ -1,3 +1,4 @@
+import { request } from 'node:http'
 import t from 'tap'
 import { ordersFixture, ordersPath } from '../fixtures.js'
 import { build } from '../helper.js'
@@ -216,6 +217,40 @@ t.test('ids with slashes, spaces and unicode are matched exactly', async (t) => 
   const link = links(res.headers.get('link')).first
   const followed = await harness.request(link.pathname + link.search, { token: readToken() })
   t.same(followed.body, res.body, 'the first link leads to the same page')
+})
+
+/** A GET through node:http, where the Host header and the request target are the test's to choose. */
+function rawGet (path: string, headers: Record<string, string>): Promise<{ status: number, link: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(harness.baseUrl, { path, headers: { authorization: `Bearer ${readToken()}`, ...headers } }, (res) => {
+      res.resume()
+      res.on('end', () => resolve({ status: res.statusCode!, link: String(res.headers.link) }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+t.test('Link URLs use the Host header when it is a plain host, and are path-only otherwise', async (t) => {
+  const compose = await rawGet(ordersPath(), { host: 'client_permissions:3000' })
+  t.match(compose.link, /^<http:\/\/client_permissions:3000\/resources\/orders-api\//)
+  const hostile = await rawGet(ordersPath(), { host: 'evil>.example' })
+  t.equal(hostile.status, 200)
+  t.match(hostile.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/)
+})
+
+t.test('Link URLs are rebuilt from the ids: nothing of the raw request line is copied', async (t) => {
+  const absoluteForm = await rawGet(`http://evil.example${ordersPath()}`, { host: '127.0.0.1' })
+  t.equal(absoluteForm.status, 200)
+  t.match(absoluteForm.link, /^<http:\/\/127\.0\.0\.1\/resources\/orders-api\//)
+  t.notMatch(absoluteForm.link, /evil/)
+  const id = 'a>;rel="x",<b'
+  await harness.seed({ resources: [{ id }], authorizations: [{ resource_id: id, client_id: 'app-a', permission_ids: [] }] })
+  const res = await list('', ordersPath('app-a', id))
+  t.equal(res.status, 200)
+  const rels = links(res.headers.get('link'))
+  t.same(Object.keys(rels), ['first', 'last'], 'exactly the two links, none injected')
+  t.equal(decodeURIComponent(rels.first.pathname.split('/')[2]), id)
 })
 
 t.test('HEAD needs the same token as GET', async (t) => {

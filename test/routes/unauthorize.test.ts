@@ -141,7 +141,7 @@ t.test('bodies over 256 KiB → 413, nothing removed', async (t) => {
     method: 'DELETE', token: deleteToken(), headers: { 'content-type': 'application/json' }, body: huge
   })
   t.equal(res.status, 413)
-  t.equal((res.body as { title: string }).title, 'Payload Too Large')
+  t.equal((res.body as { title: string }).title, 'Content Too Large', 'the RFC 9110 phrase')
   t.equal((await grantsOf()).length, 10)
 })
 

@@ -3,12 +3,16 @@ import type { FastifyRequest } from 'fastify'
 
 export interface PageRequest { limit: number, page: number, sortBy: string, total: number }
 
-// A Host header is the client's to choose; only a plain host[:port] goes into a link.
-const plainHost = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/
+// A Host header is the client's to choose: only an RFC 3986 host[:port] goes into a link (none of
+// its characters can end a link's <...>); anything else gets path-only links.
+const plainHost = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=%]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/
 
-/** The URL of this request without its query: absolute when the host is sane, else path-only. */
-export function collectionUrl (request: FastifyRequest): string {
-  const path = request.url.split('?', 1)[0]
+/**
+ * The URL of the collection: the path rebuilt from the decoded ids (so nothing from the raw request
+ * line is copied into the header), absolute when the host is sane.
+ */
+export function collectionUrl (request: FastifyRequest, resourceId: string, clientId: string): string {
+  const path = `/resources/${encodeURIComponent(resourceId)}/authorized_clients/${encodeURIComponent(clientId)}/permissions`
   return plainHost.test(request.host) ? `${request.protocol}://${request.host}${path}` : path
 }
 

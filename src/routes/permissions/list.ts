@@ -35,7 +35,7 @@ export default async function listPermissions (fastify: FastifyInstance) {
     })
     assertClientAuthorized(result, resourceId, clientId)
     reply.header('x-total-count', result.total)
-    reply.header('link', pageLinks(collectionUrl(request), { limit, page, sortBy, total: result.total }))
+    reply.header('link', pageLinks(collectionUrl(request, resourceId, clientId), { limit, page, sortBy, total: result.total }))
     return result.permissions
   })
 }
