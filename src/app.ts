@@ -10,6 +10,7 @@ import lifecycle from '../plugins/lifecycle.js'
 import pressure from '../plugins/pressure.js'
 import { type Config, jwtKeyOf } from './config.js'
 import { operations } from './generated/operations.js'
+import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, problems } from './problems.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import healthRoutes from './routes/health.js'
@@ -64,8 +65,8 @@ async function app (fastify: FastifyInstance, { config }: AppOptions) {
 
   fastify.addHook('onRequest', async (request, reply) => { reply.header(REQUEST_ID_HEADER, request.id) })
   fastify.setValidatorCompiler(validatorCompiler)
-  // Only JSON bodies: without this, Fastify would parse text/plain and defeat the 415.
-  fastify.removeContentTypeParser('text/plain')
+  // Only JSON bodies: Fastify would also parse text/plain (defeating the 415) and other charsets.
+  registerJsonBodyParser(fastify)
   fastify.setErrorHandler(errorHandler)
   fastify.setNotFoundHandler(notFoundHandler)
 

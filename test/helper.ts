@@ -44,7 +44,7 @@ export interface RequestOptions {
   /** Sent as JSON with Content-Type application/json. */
   json?: unknown
   /** Sent as is. */
-  body?: string
+  body?: string | Uint8Array
 }
 
 export interface Harness {

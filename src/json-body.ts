@@ -1,0 +1,31 @@
+// The one body parser: application/json in UTF-8 (RFC 8259 §8.1), unencoded. Fastify's own parser
+// would read a body declared UTF-16 or gzip-encoded as if it were plain UTF-8, and turn invalid
+// bytes into U+FFFD; this one refuses them, then hands the text to Fastify's JSON parser (which
+// also refuses __proto__ and constructor poisoning).
+import type { FastifyInstance } from 'fastify'
+import { Problem, problems } from './problems.js'
+
+const utf8 = new TextDecoder('utf-8', { fatal: true })
+const charsetParameter = /;\s*charset\s*=\s*"?([^";\s]+)"?/i
+
+export function registerJsonBodyParser (fastify: FastifyInstance): void {
+  const parseJson = fastify.getDefaultJsonParser('error', 'error')
+  fastify.removeAllContentTypeParsers()
+  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    const coding = request.headers['content-encoding']
+    if (coding && coding.toLowerCase() !== 'identity') {
+      return done(new Problem({ status: 415, detail: 'The body must not be content-encoded.' }), undefined)
+    }
+    const charset = charsetParameter.exec(request.headers['content-type'] ?? '')?.[1].toLowerCase()
+    if (charset && charset !== 'utf-8' && charset !== 'utf8') {
+      return done(new Problem({ status: 415, detail: 'The body must be application/json in UTF-8.' }), undefined)
+    }
+    let text: string
+    try {
+      text = utf8.decode(body as Buffer)
+    } catch {
+      return done(problems.malformedBody('The body is not valid UTF-8.'), undefined)
+    }
+    parseJson(request, text, done)
+  })
+}
