@@ -99,6 +99,20 @@ export async function runningPostmaster (dataDir: string): Promise<{ pid: number
   return { pid, port }
 }
 
+/**
+ * Whether the process that started this postmaster is gone (it was killed), so the postmaster is
+ * a leftover nobody uses. While a node process is its parent, another run of ours is using it.
+ */
+export async function isOrphaned (pid: number): Promise<boolean> {
+  // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses.
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined)
+  if (!stat) return true
+  const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+  if (parent <= 1 || !isAlive(parent)) return true
+  const parentName = await readFile(`/proc/${parent}/comm`, 'utf8').catch(() => '')
+  return parentName.trim() !== 'node'
+}
+
 /** Attaches to a running postmaster of `dataDir`, leaving it running when done. */
 export async function attachEmbeddedPostgres (dataDir: string, port: number): Promise<RunningPostgres> {
   const password = (await readFile(`${dataDir}.password`, 'utf8')).trim()

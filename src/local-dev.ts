@@ -6,7 +6,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { createSigner } from 'fast-jwt'
 import {
-  attachEmbeddedPostgres, type RunningPostgres, runningPostmaster, startEmbeddedPostgres, stopPostmaster
+  attachEmbeddedPostgres, isOrphaned, type RunningPostgres, runningPostmaster, startEmbeddedPostgres, stopPostmaster
 } from '../db/embedded-postgres.js'
 import { type Config, jwtKeyOf } from './config.js'
 import { projectRoot } from './project-root.js'
@@ -17,7 +17,7 @@ const localSecretFile = join(localDataDir, 'dev-jwt-secret')
 
 export interface LocalDatabaseOptions {
   port: number
-  /** Stop a postmaster already running on the data folder (left by a killed run) and start anew. */
+  /** Stop a postmaster left running on the data folder by a killed run, and start anew. */
   takeOver: boolean
   log?: (message: string) => void
 }
@@ -27,7 +27,11 @@ export async function openLocalDatabase ({ port, takeOver, log = () => {} }: Loc
   const running = await runningPostmaster(localClusterDir)
   if (running && !takeOver) return attachEmbeddedPostgres(localClusterDir, running.port)
   if (running) {
-    log(`stopping the embedded PostgreSQL left running by an earlier run (pid ${running.pid})`)
+    if (!await isOrphaned(running.pid)) {
+      throw new Error(`another process is using the embedded PostgreSQL in ${localClusterDir} ` +
+        `(postmaster pid ${running.pid}): stop that \`npm start\` first, or set DATABASE_URL`)
+    }
+    log(`stopping the embedded PostgreSQL left running by a killed earlier run (pid ${running.pid})`)
     await stopPostmaster(running.pid)
   }
   const server = await startEmbeddedPostgres({ dataDir: localClusterDir, port })

@@ -44,7 +44,7 @@ export interface RequestOptions {
   /** Sent as JSON with Content-Type application/json. */
   json?: unknown
   /** Sent as is. */
-  body?: string | Uint8Array
+  body?: string | Blob
 }
 
 export interface Harness {
