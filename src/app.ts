@@ -61,7 +61,7 @@ function trustProxyOf (setting: string): boolean | string {
 
 async function app (fastify: FastifyInstance, { config }: AppOptions) {
   const jwtKey = jwtKeyOf(config)
-  if (!jwtKey) throw new Error('JWT_SECRET or JWT_PUBLIC_KEY is required')
+  if (!jwtKey) throw new Error('one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required')
 
   fastify.addHook('onRequest', async (request, reply) => { reply.header(REQUEST_ID_HEADER, request.id) })
   fastify.setValidatorCompiler(validatorCompiler)

@@ -14,6 +14,8 @@ const schema = {
     // RFC 7518 §3.2: an HS256 key must be at least as long as the hash (256 bits).
     JWT_SECRET: { type: 'string', minLength: 32 },
     JWT_PUBLIC_KEY: { type: 'string', minLength: 1 },
+    // The identity provider's JSON Web Key Set, for RS256/ES256 tokens from keys that rotate.
+    JWKS_URL: { type: 'string', pattern: '^https?://' },
     JWT_ISSUER: { type: 'string', minLength: 1 },
     JWT_AUDIENCE: { type: 'string', minLength: 1 },
     LOG_LEVEL: { type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
@@ -26,9 +28,10 @@ const schema = {
     SHUTDOWN_DELAY_MS: { type: 'integer', minimum: 0, default: 0 },
     SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, default: 10000 },
     EMBEDDED_POSTGRES_PORT: { type: 'integer', minimum: 1, maximum: 65535, default: 54329 }
-  },
-  not: { required: ['JWT_SECRET', 'JWT_PUBLIC_KEY'] }
+  }
 } as const
+
+const KEY_SOURCES = ['JWKS_URL', 'JWT_PUBLIC_KEY', 'JWT_SECRET'] as const
 
 export interface Config {
   NODE_ENV: string
@@ -38,6 +41,7 @@ export interface Config {
   DATABASE_POOL_MAX: number
   JWT_SECRET?: string
   JWT_PUBLIC_KEY?: string
+  JWKS_URL?: string
   JWT_ISSUER?: string
   JWT_AUDIENCE?: string
   LOG_LEVEL: string
@@ -48,19 +52,28 @@ export interface Config {
   EMBEDDED_POSTGRES_PORT: number
 }
 
-/** How tokens are verified: a shared HS256 secret, or a public key pinned to its one algorithm. */
+/**
+ * How tokens are verified: a shared HS256 secret, a public key pinned to its one algorithm, or the
+ * identity provider's key set (RS256 and ES256 keys, chosen by the token's kid).
+ */
 export type JwtKey =
-  | { algorithm: 'HS256', secret: string }
-  | { algorithm: 'RS256' | 'ES256', publicKey: string }
+  | { kind: 'secret', algorithms: ['HS256'], secret: string }
+  | { kind: 'public-key', algorithms: ['RS256'] | ['ES256'], publicKey: string }
+  | { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: string }
 
 export function loadConfig (env: Record<string, string | undefined> = process.env): Config {
+  const data = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ''))
+  let config: Config
   try {
-    const data = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ''))
-    return envSchema<Config>({ schema, data, env: false, dotenv: false })
+    config = envSchema<Config>({ schema, data, env: false, dotenv: false })
   } catch (error) {
-    const message = (error as Error).message.replace('env must NOT be valid', 'set only one of JWT_SECRET and JWT_PUBLIC_KEY')
-    throw new Error(`Invalid configuration: ${message}`)
+    throw new Error(`Invalid configuration: ${(error as Error).message}`)
   }
+  const sources = KEY_SOURCES.filter((name) => config[name] !== undefined)
+  if (sources.length > 1) {
+    throw new Error(`Invalid configuration: set only one of ${KEY_SOURCES.join(', ')} (got ${sources.join(' and ')})`)
+  }
+  return config
 }
 
 /**
@@ -68,7 +81,8 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
  * token signed HS256 with the public key as its secret (algorithm confusion) can never verify.
  */
 export function jwtKeyOf (config: Config): JwtKey | undefined {
-  if (config.JWT_SECRET) return { algorithm: 'HS256', secret: config.JWT_SECRET }
+  if (config.JWT_SECRET) return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
+  if (config.JWKS_URL) return { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: config.JWKS_URL }
   if (!config.JWT_PUBLIC_KEY) return undefined
   // Container platforms often flatten a PEM's newlines to "\n".
   const publicKey = config.JWT_PUBLIC_KEY.replaceAll('\\n', '\n')
@@ -78,9 +92,9 @@ export function jwtKeyOf (config: Config): JwtKey | undefined {
   } catch {
     throw new Error('Invalid configuration: JWT_PUBLIC_KEY is not a PEM public key')
   }
-  if (key.asymmetricKeyType === 'rsa') return { algorithm: 'RS256', publicKey }
+  if (key.asymmetricKeyType === 'rsa') return { kind: 'public-key', algorithms: ['RS256'], publicKey }
   if (key.asymmetricKeyType === 'ec' && key.asymmetricKeyDetails?.namedCurve === 'prime256v1') {
-    return { algorithm: 'ES256', publicKey }
+    return { kind: 'public-key', algorithms: ['ES256'], publicKey }
   }
   throw new Error('Invalid configuration: JWT_PUBLIC_KEY must be an RSA key (RS256) or a P-256 EC key (ES256)')
 }

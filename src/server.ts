@@ -29,7 +29,7 @@ try {
 
 if (config.NODE_ENV === 'production') {
   if (!config.DATABASE_URL) fail('Refusing to start: DATABASE_URL is required in production.')
-  if (!jwtKeyOf(config)) fail('Refusing to start: JWT_SECRET or JWT_PUBLIC_KEY is required in production.')
+  if (!jwtKeyOf(config)) fail('Refusing to start: one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required in production.')
 }
 
 // A secret generated here is only ever used on this machine, so a token signed with it may be shown.

@@ -31,8 +31,9 @@ async function exitOf (child: ChildProcess): Promise<number | null> {
 t.test('production without DATABASE_URL, without a key, or with two keys → refuses to start, says why', async (t) => {
   const cases: Array<[Record<string, string>, RegExp]> = [
     [{ NODE_ENV: 'production', JWT_SECRET: TEST_SECRET }, /DATABASE_URL is required in production/],
-    [{ NODE_ENV: 'production', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /JWT_SECRET or JWT_PUBLIC_KEY is required/],
-    [{ JWT_SECRET: TEST_SECRET, JWT_PUBLIC_KEY: 'x', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /only one of JWT_SECRET and JWT_PUBLIC_KEY/],
+    [{ NODE_ENV: 'production', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required/],
+    [{ JWT_SECRET: TEST_SECRET, JWT_PUBLIC_KEY: 'x', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET/],
+    [{ JWKS_URL: 'https://idp.example/jwks.json', JWT_SECRET: TEST_SECRET, DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET \(got JWKS_URL and JWT_SECRET\)/],
     [{ JWT_SECRET: 'short', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /JWT_SECRET must NOT have fewer than 32 characters/],
     [{ PORT: 'eighty', JWT_SECRET: TEST_SECRET, DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /PORT must be integer/],
     [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /JWT_PUBLIC_KEY is not a PEM public key/]

@@ -1,0 +1,103 @@
+// Keys that rotate: tokens verified against a JSON Web Key Set served by a real HTTP server here.
+import { generateKeyPairSync, type KeyObject } from 'node:crypto'
+import { once } from 'node:events'
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { createSigner } from 'fast-jwt'
+import t from 'tap'
+import { ordersFixture, ordersPath } from '../fixtures.js'
+import { build } from '../helper.js'
+import { craftedToken, inOneMinute } from '../tokens.js'
+
+interface SigningKey { kid: string, alg: 'RS256' | 'ES256', privateKey: KeyObject, publicKey: KeyObject }
+
+function signingKey (kid: string, alg: 'RS256' | 'ES256'): SigningKey {
+  const pair = alg === 'RS256'
+    ? generateKeyPairSync('rsa', { modulusLength: 2048 })
+    : generateKeyPairSync('ec', { namedCurve: 'P-256' })
+  return { kid, alg, ...pair }
+}
+
+const jwk = ({ kid, alg, publicKey }: SigningKey) => ({ ...publicKey.export({ format: 'jwk' }), kid, alg, use: 'sig' })
+
+/** A read token signed by `signer`, whose header names `kid` (the signer's own unless told). */
+function tokenFrom (signer: SigningKey, kid = signer.kid, header: Record<string, unknown> = {}): string {
+  const sign = createSigner({ key: signer.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, algorithm: signer.alg, kid, header })
+  return sign({ scope: 'read:resource', exp: inOneMinute() })
+}
+
+async function serve (handler: () => unknown): Promise<{ server: Server, url: string, requests: () => number }> {
+  let requests = 0
+  const server = createServer((_request, response) => {
+    requests++
+    response.setHeader('content-type', 'application/json')
+    response.end(JSON.stringify(handler()))
+  }).listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/.well-known/jwks.json`, requests: () => requests }
+}
+
+const first = signingKey('key-1', 'RS256')
+const next = signingKey('key-2', 'ES256')
+const stranger = signingKey('key-3', 'RS256')
+let published = [jwk(first)]
+const provider = await serve(() => ({ keys: published }))
+const attacker = await serve(() => ({ keys: [jwk(stranger)] }))
+
+const harness = await build(t, { JWT_SECRET: '', JWKS_URL: provider.url })
+await harness.seed(ordersFixture())
+const get = (token: string) => harness.request(ordersPath(), { token })
+
+t.test('a token signed by a published key → 200; the key set is fetched once and cached', async (t) => {
+  t.equal((await get(tokenFrom(first))).status, 200)
+  t.equal((await get(tokenFrom(first))).status, 200)
+  t.equal(provider.requests(), 1)
+})
+
+t.test('a token whose kid names one key but was signed by another → 401 invalid_token', async (t) => {
+  const res = await get(tokenFrom(stranger, first.kid))
+  t.equal(res.status, 401)
+  t.match(res.headers.get('www-authenticate'), /error="invalid_token"/)
+})
+
+t.test('algorithm confusion: HS256 keyed with the published public key → 401', async (t) => {
+  const pem = first.publicKey.export({ type: 'spki', format: 'pem' }) as string
+  const res = await get(craftedToken({ alg: 'HS256', typ: 'JWT', kid: first.kid }, { scope: 'read:resource', exp: inOneMinute() }, pem))
+  t.equal(res.status, 401)
+})
+
+t.test('jku and x5u headers are never followed', async (t) => {
+  const res = await get(tokenFrom(stranger, stranger.kid, { jku: attacker.url, x5u: attacker.url }))
+  t.equal(res.status, 401)
+  t.equal(attacker.requests(), 0, 'the attacker\'s key set was never fetched')
+})
+
+t.test('a key published after start is accepted within seconds, without a restart', async (t) => {
+  published = [jwk(first), jwk(next)]
+  const started = Date.now()
+  let status = 0
+  while (status !== 200 && Date.now() - started < 15_000) {
+    status = (await get(tokenFrom(next))).status
+    if (status !== 200) await sleep(250)
+  }
+  t.equal(status, 200, 'the ES256 key from the refetched set verifies')
+  t.ok(Date.now() - started < 7_000, `accepted after ${Date.now() - started} ms`)
+  t.equal((await get(tokenFrom(first))).status, 200, 'the older key still works')
+})
+
+t.test('unknown kids cannot make the service hammer the identity provider', async (t) => {
+  const before = provider.requests()
+  for (let i = 0; i < 30; i++) {
+    t.equal((await get(tokenFrom(stranger, `random-${i}`))).status, 401)
+  }
+  t.ok(provider.requests() - before <= 1, `${provider.requests() - before} refetches for 30 unknown kids`)
+})
+
+t.test('while the key set cannot be fetched, cached keys still verify', async (t) => {
+  provider.server.closeAllConnections()
+  provider.server.close()
+  t.equal((await get(tokenFrom(first))).status, 200)
+  t.equal((await get(tokenFrom(stranger, 'another-unknown'))).status, 401)
+})
