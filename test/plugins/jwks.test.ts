@@ -22,8 +22,8 @@ function signingKey (kid: string, alg: 'RS256' | 'ES256'): SigningKey {
 const jwk = ({ kid, alg, publicKey }: SigningKey) => ({ ...publicKey.export({ format: 'jwk' }), kid, alg, use: 'sig' })
 
 /** A read token signed by `signer`, whose header names `kid` (the signer's own unless told). */
-function tokenFrom (signer: SigningKey, kid = signer.kid, header: Record<string, unknown> = {}): string {
-  const sign = createSigner({ key: signer.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, algorithm: signer.alg, kid, header })
+function tokenFrom (signer: SigningKey, kid = signer.kid, header: Record<string, string> = {}): string {
+  const sign = createSigner({ key: signer.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, algorithm: signer.alg, kid, header: { alg: signer.alg, ...header } })
   return sign({ scope: 'read:resource', exp: inOneMinute() })
 }
 
