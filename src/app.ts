@@ -7,6 +7,7 @@ import db from '../plugins/db.js'
 import docs from '../plugins/docs.js'
 import env from '../plugins/env.js'
 import lifecycle from '../plugins/lifecycle.js'
+import metrics from '../plugins/metrics.js'
 import pressure from '../plugins/pressure.js'
 import { type Config, jwtKeyOf } from './config.js'
 import { operations } from './generated/operations.js'
@@ -76,6 +77,7 @@ async function app (fastify: FastifyInstance, { config }: AppOptions) {
   await fastify.register(auth, { key: jwtKey, issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE })
   await fastify.register(docs)
   await fastify.register(pressure)
+  await fastify.register(metrics)
 
   await fastify.register(healthRoutes)
   await fastify.register(permissionRoutes)

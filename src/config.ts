@@ -21,6 +21,8 @@ const schema = {
     LOG_LEVEL: { type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
     // Behind the API gateway: "true", or the gateway's addresses (comma-separated).
     TRUST_PROXY: { type: 'string', default: 'false' },
+    // Prometheus metrics at GET /metrics.
+    METRICS_ENABLED: { type: 'boolean', default: true },
     // Above this event-loop lag, API calls are shed with 503; 0 turns shedding off.
     MAX_EVENT_LOOP_DELAY_MS: { type: 'integer', minimum: 0, default: 1000 },
     // On SIGTERM: how long readiness fails while requests are still served (for the gateway to
@@ -47,6 +49,7 @@ export interface Config {
   LOG_LEVEL: string
   TRUST_PROXY: string
   MAX_EVENT_LOOP_DELAY_MS: number
+  METRICS_ENABLED: boolean
   SHUTDOWN_DELAY_MS: number
   SHUTDOWN_TIMEOUT_MS: number
   EMBEDDED_POSTGRES_PORT: number

@@ -1,0 +1,50 @@
+// Prometheus metrics at GET /metrics (fastify-metrics on prom-client): request duration histograms
+// by route, method and status, process metrics, the pg pool's connections and database errors.
+// METRICS_ENABLED=false turns it off. Meant for the internal scraper, not the gateway's clients.
+// https://github.com/SkeLLLa/fastify-metrics
+import fastifyMetricsModule from 'fastify-metrics'
+import fp from 'fastify-plugin'
+import pg from 'pg'
+import { isDatabaseUnavailable } from './db.js'
+import { exemptFromPressure } from './pressure.js'
+
+// A CommonJS module whose plugin is its `default` export.
+const fastifyMetrics = fastifyMetricsModule.default
+
+export default fp(async function metrics (fastify) {
+  if (!fastify.config.METRICS_ENABLED) return
+  await fastify.register(fastifyMetrics, {
+    endpoint: { url: '/metrics', method: 'GET', schema: { hide: true }, config: exemptFromPressure, logLevel: 'warn', handler: async () => {} },
+    // One app per process in production; tests build several, each starting from a clean registry.
+    clearRegisterOnInit: true,
+    defaultMetrics: { enabled: true },
+    routeMetrics: {
+      enabled: { histogram: true, summary: false },
+      registeredRoutesOnly: true,
+      routeBlacklist: ['/metrics']
+    }
+  })
+  const { client } = fastify.metrics
+  const pool = fastify.db
+  new client.Gauge({ // eslint-disable-line no-new
+    name: 'db_pool_connections',
+    help: 'Connections of the pg pool, by state',
+    labelNames: ['state'],
+    collect () {
+      this.set({ state: 'total' }, pool.totalCount)
+      this.set({ state: 'idle' }, pool.idleCount)
+      this.set({ state: 'waiting' }, pool.waitingCount)
+    }
+  })
+  const databaseErrors = new client.Counter({
+    name: 'db_errors_total',
+    help: 'Database errors: unavailable (cannot connect or connection lost), query, idle_connection',
+    labelNames: ['kind']
+  })
+  for (const kind of ['unavailable', 'query', 'idle_connection']) databaseErrors.inc({ kind }, 0)
+  fastify.addHook('onError', async (_request, _reply, error) => {
+    if (isDatabaseUnavailable(error)) databaseErrors.inc({ kind: 'unavailable' })
+    else if (error instanceof pg.DatabaseError) databaseErrors.inc({ kind: 'query' })
+  })
+  pool.on('error', () => databaseErrors.inc({ kind: 'idle_connection' }))
+}, { name: 'metrics', dependencies: ['env', 'db'] })
