@@ -10,28 +10,42 @@ declare module 'fastify' {
   }
 }
 
+// Bounds that turn a database that is down, black-holed or stuck into a 503 within seconds
+// instead of a hung request. Both are client-side: PgBouncer refuses startup parameters such as
+// statement_timeout, which operators can set on the role instead.
+const CONNECT_TIMEOUT_MS = 5_000
+const QUERY_TIMEOUT_MS = 10_000
+
 export default fp(async function db (fastify) {
-  const { DATABASE_URL, DATABASE_POOL_MAX } = fastify.config
+  const { DATABASE_URL, DATABASE_POOL_MAX, MIGRATIONS_DATABASE_URL } = fastify.config
   if (!DATABASE_URL) throw new Error('DATABASE_URL is required')
   const pool = new pg.Pool({
     connectionString: DATABASE_URL,
     max: DATABASE_POOL_MAX,
-    connectionTimeoutMillis: 5_000,
-    // Server-side bound on any one statement, so a stuck query cannot hold a request forever.
-    statement_timeout: 10_000
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    query_timeout: QUERY_TIMEOUT_MS
   })
   // An idle client that loses its connection (say, the server restarts) emits 'error' on the pool;
   // unhandled, that would crash the process. The pool drops the client and connects anew later.
   pool.on('error', (error) => fastify.log.warn({ err: error }, 'idle database connection lost'))
   fastify.decorate('db', pool)
   fastify.addHook('onClose', async () => pool.end())
-  const applied = await migrateDatabase(pool)
-  if (applied.length > 0) fastify.log.info({ migrations: applied }, 'database migrated')
+
+  const migrationPool = MIGRATIONS_DATABASE_URL
+    ? new pg.Pool({ connectionString: MIGRATIONS_DATABASE_URL, max: 1, connectionTimeoutMillis: CONNECT_TIMEOUT_MS })
+    : pool
+  try {
+    const applied = await migrateDatabase(migrationPool)
+    if (applied.length > 0) fastify.log.info({ migrations: applied }, 'database migrated')
+  } finally {
+    if (migrationPool !== pool) await migrationPool.end()
+  }
 }, { name: 'db', dependencies: ['env'] })
 
 const unavailableCodes = new Set([
   'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE',
   '57P01', '57P02', '57P03', // admin_shutdown, crash_shutdown, cannot_connect_now
+  '57014', // query_canceled: a statement_timeout set on the role
   '53300', // too_many_connections
   '08000', '08001', '08003', '08004', '08006' // connection exceptions
 ])
@@ -41,5 +55,5 @@ export function isDatabaseUnavailable (error: unknown): boolean {
   if (!(error instanceof Error)) return false
   const code = (error as { code?: unknown }).code
   if (typeof code === 'string' && unavailableCodes.has(code)) return true
-  return /timeout exceeded when trying to connect|Connection terminated/i.test(error.message)
+  return /timeout exceeded when trying to connect|Connection terminated|Query read timeout/i.test(error.message)
 }

@@ -11,6 +11,9 @@ const schema = {
     PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000 },
     DATABASE_URL: { type: 'string', pattern: '^postgres(ql)?://' },
     DATABASE_POOL_MAX: { type: 'integer', minimum: 1, maximum: 1000, default: 10 },
+    // Where migrations run, when DATABASE_URL goes through PgBouncer in transaction mode: the
+    // migration lock is a session lock, so it needs a direct connection. Defaults to DATABASE_URL.
+    MIGRATIONS_DATABASE_URL: { type: 'string', pattern: '^postgres(ql)?://' },
     // RFC 7518 §3.2: an HS256 key must be at least as long as the hash (256 bits).
     JWT_SECRET: { type: 'string', minLength: 32 },
     JWT_PUBLIC_KEY: { type: 'string', minLength: 1 },
@@ -41,6 +44,7 @@ export interface Config {
   PORT: number
   DATABASE_URL?: string
   DATABASE_POOL_MAX: number
+  MIGRATIONS_DATABASE_URL?: string
   JWT_SECRET?: string
   JWT_PUBLIC_KEY?: string
   JWKS_URL?: string

@@ -1,0 +1,46 @@
+// A DELETE cut off by a database failure halfway through its rows leaves all of them or none.
+import { setTimeout as sleep } from 'node:timers/promises'
+import t from 'tap'
+import { ordersFixture, ordersPath } from './fixtures.js'
+import { build } from './helper.js'
+import { deleteToken } from './tokens.js'
+
+t.test('the connection of a DELETE is killed after it removed some rows → 503, none removed', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const grantsOfA = async () => (await harness.db.query(
+    "SELECT permission_id FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-a' ORDER BY 1")).rows.map((row) => row.permission_id)
+  const before = await grantsOfA()
+
+  // Another transaction holds the last of the three rows, so the DELETE removes the first two
+  // (in index order: p_create_orders, p_read_orders) and then waits on p_update_orders.
+  const locker = await harness.db.connect()
+  t.teardown(() => locker.release())
+  await locker.query('BEGIN')
+  await locker.query("SELECT 1 FROM grants WHERE client_id = 'app-a' AND permission_id = 'p_update_orders' FOR UPDATE")
+
+  const pending = harness.request(ordersPath(), {
+    method: 'DELETE', token: deleteToken(), json: ['p_read_orders', 'p_create_orders', 'p_update_orders']
+  })
+  let pid: number | undefined
+  for (let attempt = 0; attempt < 100 && pid === undefined; attempt++) {
+    const { rows } = await harness.db.query<{ pid: number }>(`
+      SELECT pid FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM grants%'`)
+    pid = rows[0]?.pid
+    if (pid === undefined) await sleep(50)
+  }
+  t.ok(pid, 'the DELETE is waiting, halfway through its rows')
+  await harness.db.query('SELECT pg_terminate_backend($1)', [pid])
+  const res = await pending
+  t.equal(res.status, 503)
+  t.match(res.body, { type: '/problems/database-unavailable' })
+  await locker.query('ROLLBACK')
+  t.same(await grantsOfA(), before, 'all three grants are still there')
+
+  const retry = await harness.request(ordersPath(), {
+    method: 'DELETE', token: deleteToken(), json: ['p_read_orders', 'p_create_orders', 'p_update_orders']
+  })
+  t.equal(retry.status, 204, 'the retry, with the database back, removes them')
+  t.equal((await grantsOfA()).length, before.length - 3)
+})
