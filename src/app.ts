@@ -1,6 +1,6 @@
 // The application as a plugin: cross-cutting plugins first, then routes, then error handling.
 // Only src/server.ts listens; tests register this same plugin (test/helper.ts).
-import type { FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
 import fp from 'fastify-plugin'
 import auth from '../plugins/auth.js'
 import db from '../plugins/db.js'
@@ -26,7 +26,7 @@ export function serverOptions (config: Config): FastifyServerOptions {
     logger: {
       level: config.LOG_LEVEL,
       redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' },
-      serializers: { req: serializeRequest }
+      serializers: { req: serializeRequest, res: serializeReply }
     },
     requestIdHeader: false,
     genReqId: requestIdOf,
@@ -53,6 +53,11 @@ function serializeRequest (request: FastifyRequest) {
     route: request.routeOptions?.url,
     remoteAddress: request.ip
   }
+}
+
+// The completion line: status and route again, so one line answers "which route, how, how fast".
+function serializeReply (reply: Partial<FastifyReply> & Pick<FastifyReply, 'statusCode'>) {
+  return { statusCode: reply.statusCode, route: reply.request?.routeOptions?.url }
 }
 
 // "true", "false", or a comma-separated list of proxy addresses (Fastify's trustProxy).

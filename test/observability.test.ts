@@ -41,8 +41,9 @@ t.test('log lines are JSON with the request id, route, status and latency; token
   const incoming = mine.find((line) => line.req) as { req: { route: string, url: string } }
   t.equal(incoming.req.route, '/resources/:resource_id/authorized_clients/:client_id/permissions')
   t.match(incoming.req.url, /access_token=\[redacted\]/)
-  const completed = mine.find((line) => line.res) as { res: { statusCode: number }, responseTime: number }
+  const completed = mine.find((line) => line.res) as { res: { statusCode: number, route: string }, responseTime: number }
   t.equal(completed.res.statusCode, 200)
+  t.equal(completed.res.route, incoming.req.route, 'the completion line names the route too')
   t.type(completed.responseTime, 'number')
   const everything = JSON.stringify(logs)
   t.notOk(everything.includes(secretish), 'the token is in no log line')
