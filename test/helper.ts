@@ -19,22 +19,31 @@ export function testDatabaseUrl (): string {
   return url
 }
 
-/** A new, empty database on the test server, dropped when the test ends. */
-export async function createTestDatabase (t: Test): Promise<string> {
+/** A new, empty database on the test server, and the function that drops it. */
+async function newDatabase (): Promise<{ url: string, drop: () => Promise<void> }> {
   const name = `test_${randomBytes(6).toString('hex')}`
   const admin = new pg.Client({ connectionString: testDatabaseUrl() })
   await admin.connect()
   await admin.query(`CREATE DATABASE ${name}`)
   await admin.end()
-  t.teardown(async () => {
-    const dropper = new pg.Client({ connectionString: testDatabaseUrl() })
-    await dropper.connect()
-    await dropper.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-    await dropper.end()
-  })
   const url = new URL(testDatabaseUrl())
   url.pathname = `/${name}`
-  return url.toString()
+  return {
+    url: url.toString(),
+    drop: async () => {
+      const dropper = new pg.Client({ connectionString: testDatabaseUrl() })
+      await dropper.connect()
+      await dropper.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await dropper.end()
+    }
+  }
+}
+
+/** A new, empty database on the test server, dropped when the test ends. */
+export async function createTestDatabase (t: Test): Promise<string> {
+  const { url, drop } = await newDatabase()
+  t.teardown(drop)
+  return url
 }
 
 export interface RequestOptions {
@@ -62,7 +71,7 @@ export interface BuildOptions {
 }
 
 export async function build (t: Test, env: Record<string, string> = {}, { logs }: BuildOptions = {}): Promise<Harness> {
-  const databaseUrl = await createTestDatabase(t)
+  const { url: databaseUrl, drop } = await newDatabase()
   const config = loadConfig({ DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, LOG_LEVEL: 'silent', ...env })
   const options = serverOptions(config)
   if (logs) options.logger = { ...options.logger as object, stream: logs }
@@ -70,9 +79,13 @@ export async function build (t: Test, env: Record<string, string> = {}, { logs }
   await fastify.register(app, { config })
   await fastify.listen({ host: '127.0.0.1', port: 0 })
   const db = new pg.Pool({ connectionString: databaseUrl, max: 4 })
+  // Tests stop database servers on purpose; a lost idle connection must not end the test run.
+  db.on('error', () => {})
+  // In this order: connections closed before their database is dropped.
   t.teardown(async () => {
     await fastify.close()
     await db.end()
+    await drop()
   })
   const { port } = fastify.server.address() as AddressInfo
   const baseUrl = `http://127.0.0.1:${port}`

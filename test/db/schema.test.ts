@@ -8,6 +8,7 @@ import { createTestDatabase } from '../helper.js'
 
 async function migratedPool (t: Test): Promise<pg.Pool> {
   const pool = new pg.Pool({ connectionString: await createTestDatabase(t), max: 4 })
+  pool.on('error', () => {}) // the database is dropped with FORCE at teardown
   t.teardown(() => pool.end())
   await migrateDatabase(pool)
   return pool
@@ -200,6 +201,7 @@ t.test('ids are 1 to 255 characters: empty or longer → 23514', async (t) => {
 
 t.test('migrating an up-to-date database applies nothing', async (t) => {
   const pool = new pg.Pool({ connectionString: await createTestDatabase(t), max: 1 })
+  pool.on('error', () => {}) // the database is dropped with FORCE at teardown
   t.teardown(() => pool.end())
   const first = await migrateDatabase(pool)
   t.ok(first.includes('0001_create_permissions.sql'), `first run applies the migration: ${first.join(', ')}`)
@@ -212,6 +214,7 @@ t.test('migrating an up-to-date database applies nothing', async (t) => {
 t.test('three replicas migrating a fresh database at once: each migration is applied exactly once', async (t) => {
   const url = await createTestDatabase(t)
   const pools = [1, 2, 3].map(() => new pg.Pool({ connectionString: url, max: 1 }))
+  for (const each of pools) each.on('error', () => {})
   t.teardown(() => Promise.all(pools.map((pool) => pool.end())))
   const results = await Promise.all(pools.map((pool) => migrateDatabase(pool)))
   t.equal(results.filter((applied) => applied.includes('0001_create_permissions.sql')).length, 1, JSON.stringify(results))

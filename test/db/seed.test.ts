@@ -120,6 +120,7 @@ t.test('db:seed refuses a bad file, says which entry is wrong and loads nothing 
   // A database already holding the valid document: a refused file must leave it exactly as is.
   const url = await createTestDatabase(t)
   const pool = new pg.Pool({ connectionString: url, max: 1 })
+  pool.on('error', () => {}) // the database is dropped with FORCE at teardown
   t.teardown(() => pool.end())
   await migrateDatabase(pool)
   await seedDatabase(pool, validDocument())
