@@ -4,6 +4,9 @@ import type pg from 'pg'
 
 export type Queryable = Pick<pg.Pool | pg.PoolClient, 'query'>
 
+/** Server-side bound on the DELETE statement; its expiry answers 503 like an outage. */
+export const STATEMENT_TIMEOUT_MS = 5_000
+
 export type SortProperty = 'id' | 'name' | 'description'
 export type SortDirection = 'asc' | 'desc'
 export interface SortKey { property: SortProperty, direction: SortDirection }
@@ -115,12 +118,26 @@ export interface UnauthorizeResult extends Target {
 
 /**
  * Removes grants from a client's authorization on a resource, all or nothing: one statement that
- * deletes only when the client is authorized and every id is a permission of the resource.
+ * deletes only when the client is authorized and every id is a permission of the resource, in an
+ * explicit transaction with a server-side statement timeout. COMMIT is sent only after the
+ * statement's answer, so a client that gave up waiting never leaves a removal committed behind it.
  */
-export async function unauthorizePermissions (db: Queryable, input: UnauthorizeInput): Promise<UnauthorizeResult> {
-  const { rows: [row] } = await db.query<TargetRow & { unknown_permission_ids: string[], removed: string }>(
-    unauthorizeSql, [input.resourceId, input.clientId, input.permissionIds])
-  return { ...targetOf(row), unknownPermissionIds: row.unknown_permission_ids, removed: Number(row.removed) }
+export async function unauthorizePermissions (pool: pg.Pool, input: UnauthorizeInput): Promise<UnauthorizeResult> {
+  const client = await pool.connect()
+  try {
+    await client.query('BEGIN')
+    // Transaction-scoped, so nothing leaks to the next user of a pooled server connection.
+    await client.query(`SET LOCAL statement_timeout = ${STATEMENT_TIMEOUT_MS}`)
+    const { rows: [row] } = await client.query<TargetRow & { unknown_permission_ids: string[], removed: string }>(
+      unauthorizeSql, [input.resourceId, input.clientId, input.permissionIds])
+    await client.query('COMMIT')
+    client.release()
+    return { ...targetOf(row), unknownPermissionIds: row.unknown_permission_ids, removed: Number(row.removed) }
+  } catch (error) {
+    // A connection whose transaction failed is not reused: it may be in any state.
+    client.release(error as Error)
+    throw error
+  }
 }
 
 // Seeding (db/seed.ts): upserts, so loading the same document twice changes nothing.

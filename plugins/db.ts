@@ -11,8 +11,8 @@ declare module 'fastify' {
 }
 
 // Bounds that turn a database that is down, black-holed or stuck into a 503 within seconds
-// instead of a hung request. Both are client-side: PgBouncer refuses startup parameters such as
-// statement_timeout, which operators can set on the role instead.
+// instead of a hung request. They are client-side because PgBouncer refuses startup parameters
+// such as statement_timeout; the DELETE also sets one on the server (db/queries.ts).
 const CONNECT_TIMEOUT_MS = 5_000
 const QUERY_TIMEOUT_MS = 10_000
 
@@ -31,14 +31,15 @@ export default fp(async function db (fastify) {
   fastify.decorate('db', pool)
   fastify.addHook('onClose', async () => pool.end())
 
-  const migrationPool = MIGRATIONS_DATABASE_URL
-    ? new pg.Pool({ connectionString: MIGRATIONS_DATABASE_URL, max: 1, connectionTimeoutMillis: CONNECT_TIMEOUT_MS })
-    : pool
+  // Migrations get a connection of their own, without the query timeout: a migration may be slow.
+  const migrationPool = new pg.Pool({
+    connectionString: MIGRATIONS_DATABASE_URL ?? DATABASE_URL, max: 1, connectionTimeoutMillis: CONNECT_TIMEOUT_MS
+  })
   try {
     const applied = await migrateDatabase(migrationPool)
     if (applied.length > 0) fastify.log.info({ migrations: applied }, 'database migrated')
   } finally {
-    if (migrationPool !== pool) await migrationPool.end()
+    await migrationPool.end()
   }
 }, { name: 'db', dependencies: ['env'] })
 

@@ -12,8 +12,8 @@ t.test('the connection of a DELETE is killed after it removed some rows → 503,
     "SELECT permission_id FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-a' ORDER BY 1")).rows.map((row) => row.permission_id)
   const before = await grantsOfA()
 
-  // Another transaction holds the last of the three rows, so the DELETE removes the first two
-  // (in index order: p_create_orders, p_read_orders) and then waits on p_update_orders.
+  // Another transaction holds the last of the three rows in index order, so the DELETE gets past
+  // p_create_orders and p_read_orders and waits on p_update_orders.
   const locker = await harness.db.connect()
   t.teardown(() => locker.release())
   await locker.query('BEGIN')
@@ -43,4 +43,25 @@ t.test('the connection of a DELETE is killed after it removed some rows → 503,
   })
   t.equal(retry.status, 204, 'the retry, with the database back, removes them')
   t.equal((await grantsOfA()).length, before.length - 3)
+})
+
+t.test('a DELETE stuck past its statement timeout → 503, and nothing is removed later either', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const count = async () => (await harness.db.query("SELECT count(*)::int AS n FROM grants WHERE client_id = 'app-a'")).rows[0].n
+  const before = await count()
+  const locker = await harness.db.connect()
+  t.teardown(() => locker.release())
+  await locker.query('BEGIN')
+  await locker.query("SELECT 1 FROM grants WHERE client_id = 'app-a' AND permission_id = 'p_update_orders' FOR UPDATE")
+  const started = Date.now()
+  const res = await harness.request(ordersPath(), {
+    method: 'DELETE', token: deleteToken(), json: ['p_read_orders', 'p_create_orders', 'p_update_orders']
+  })
+  t.equal(res.status, 503)
+  t.match(res.body, { type: '/problems/database-unavailable' })
+  t.ok(Date.now() - started < 8_000, `answered in ${Date.now() - started} ms`)
+  await locker.query('ROLLBACK')
+  await sleep(200)
+  t.equal(await count(), before, 'the timed-out DELETE was rolled back, not committed once the lock went')
 })
