@@ -2,13 +2,12 @@
 // (the generated operations carry them from the spec's `security`) gets an onRequest hook, so an
 // unauthenticated request is answered 401 before its parameters are even looked at.
 // https://github.com/fastify/fastify-jwt
-import { KeyObject } from 'node:crypto'
 import fastifyJwt, { type TokenOrHeader } from '@fastify/jwt'
 import type { FastifyRequest, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { TokenError } from 'fast-jwt'
-import { createRemoteJWKSet, type JWSHeaderParameters } from 'jose'
 import type { JwtKey } from '../src/config.js'
+import { KeySetUnavailable, keySetResolver } from '../src/key-set.js'
 import { problems } from '../src/problems.js'
 
 declare module 'fastify' {
@@ -50,36 +49,18 @@ function invalidTokenDescription (error: unknown): string {
   return 'The access token is invalid'
 }
 
-// Keys stay cached for 10 minutes; a kid the cache does not know triggers a refetch, at most one
-// per 5 seconds, so a newly published key is accepted within seconds and unknown kids cannot make
-// us hammer the identity provider. Only JWKS_URL is ever fetched: jku/x5u headers are ignored.
-const JWKS_CACHE_MAX_AGE_MS = 10 * 60_000
-const JWKS_COOLDOWN_MS = 5_000
-const JWKS_TIMEOUT_MS = 5_000
-
-function keySetResolver (url: string) {
-  const keySet = createRemoteJWKSet(new URL(url), {
-    cacheMaxAge: JWKS_CACHE_MAX_AGE_MS,
-    cooldownDuration: JWKS_COOLDOWN_MS,
-    timeoutDuration: JWKS_TIMEOUT_MS
-  })
-  const pems = new WeakMap<object, string>()
-  return async function keyOf (_request: FastifyRequest, token: TokenOrHeader): Promise<string> {
-    // Only the fields key selection needs: nothing else of an attacker's header goes to jose.
-    const { alg, kid } = 'header' in token ? token.header : token
-    const key = await keySet({ alg, kid } as JWSHeaderParameters)
-    let pem = pems.get(key)
-    if (!pem) {
-      pem = KeyObject.from(key as CryptoKey).export({ type: 'spki', format: 'pem' }) as string
-      pems.set(key, pem)
-    }
-    return pem
-  }
+// @fastify/jwt's key function; with decode.complete it is handed the decoded token.
+function fromKeySet (publicKeyOf: ReturnType<typeof keySetResolver>) {
+  return async (_request: FastifyRequest, token: TokenOrHeader) => publicKeyOf('header' in token ? token.header : token)
 }
 
 export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audience }) {
   await fastify.register(fastifyJwt, {
-    secret: key.kind === 'secret' ? key.secret : key.kind === 'public-key' ? { public: key.publicKey } : keySetResolver(key.url),
+    secret: key.kind === 'secret'
+      ? key.secret
+      : key.kind === 'public-key'
+        ? { public: key.publicKey }
+        : fromKeySet(keySetResolver(key.url, { cacheMaxAgeMs: key.cacheMaxAgeMs })),
     // A key function sees the token's header only when the token is decoded whole.
     decode: { complete: true },
     verify: {
@@ -103,6 +84,7 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
       try {
         claims = await request.jwtVerify<Record<string, unknown>>()
       } catch (error) {
+        if (error instanceof KeySetUnavailable) throw problems.keysUnavailable()
         throw problems.invalidToken(invalidTokenDescription(error))
       }
       const granted = grantedScopes(claims)

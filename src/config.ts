@@ -19,6 +19,8 @@ const schema = {
     JWT_PUBLIC_KEY: { type: 'string', minLength: 1 },
     // The identity provider's JSON Web Key Set, for RS256/ES256 tokens from keys that rotate.
     JWKS_URL: { type: 'string', pattern: '^https?://' },
+    // How long fetched keys are trusted before the key set is fetched again.
+    JWKS_CACHE_MAX_AGE_MS: { type: 'integer', minimum: 1000, default: 600000 },
     JWT_ISSUER: { type: 'string', minLength: 1 },
     JWT_AUDIENCE: { type: 'string', minLength: 1 },
     LOG_LEVEL: { type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
@@ -48,6 +50,7 @@ export interface Config {
   JWT_SECRET?: string
   JWT_PUBLIC_KEY?: string
   JWKS_URL?: string
+  JWKS_CACHE_MAX_AGE_MS: number
   JWT_ISSUER?: string
   JWT_AUDIENCE?: string
   LOG_LEVEL: string
@@ -66,7 +69,7 @@ export interface Config {
 export type JwtKey =
   | { kind: 'secret', algorithms: ['HS256'], secret: string }
   | { kind: 'public-key', algorithms: ['RS256'] | ['ES256'], publicKey: string }
-  | { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: string }
+  | { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: string, cacheMaxAgeMs: number }
 
 export function loadConfig (env: Record<string, string | undefined> = process.env): Config {
   const data = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ''))
@@ -89,7 +92,12 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
  */
 export function jwtKeyOf (config: Config): JwtKey | undefined {
   if (config.JWT_SECRET) return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
-  if (config.JWKS_URL) return { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: config.JWKS_URL }
+  if (config.JWKS_URL) {
+    if (config.NODE_ENV === 'production' && !config.JWKS_URL.startsWith('https://')) {
+      throw new Error('Invalid configuration: JWKS_URL must be https:// in production')
+    }
+    return { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: config.JWKS_URL, cacheMaxAgeMs: config.JWKS_CACHE_MAX_AGE_MS }
+  }
   if (!config.JWT_PUBLIC_KEY) return undefined
   // Container platforms often flatten a PEM's newlines to "\n".
   const publicKey = config.JWT_PUBLIC_KEY.replaceAll('\\n', '\n')

@@ -115,6 +115,13 @@ export const problems = {
     detail: `The database cannot be reached. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
     headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
   }),
+  keysUnavailable: () => new Problem({
+    status: 503,
+    type: '/problems/keys-unavailable',
+    title: 'Signing keys unavailable',
+    detail: `The identity provider's keys cannot be fetched, so the token cannot be checked. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
+    headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
+  }),
   overloaded: () => new Problem({
     status: 503,
     type: '/problems/overloaded',

@@ -34,6 +34,7 @@ t.test('production without DATABASE_URL, without a key, or with two keys → ref
     [{ NODE_ENV: 'production', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required/],
     [{ JWT_SECRET: TEST_SECRET, JWT_PUBLIC_KEY: 'x', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET/],
     [{ JWKS_URL: 'https://idp.example/jwks.json', JWT_SECRET: TEST_SECRET, DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET \(got JWKS_URL and JWT_SECRET\)/],
+    [{ NODE_ENV: 'production', JWKS_URL: 'http://idp.example/jwks.json', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /JWKS_URL must be https:\/\/ in production/],
     [{ JWT_SECRET: 'short', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /JWT_SECRET must NOT have fewer than 32 characters/],
     [{ PORT: 'eighty', JWT_SECRET: TEST_SECRET, DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /PORT must be integer/],
     [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /JWT_PUBLIC_KEY is not a PEM public key/]

@@ -27,12 +27,15 @@ function tokenFrom (signer: SigningKey, kid = signer.kid, header: Record<string,
   return sign({ scope: 'read:resource', exp: inOneMinute() })
 }
 
+/** A key set server; `handler` returns the body, or undefined to answer 503. */
 async function serve (handler: () => unknown): Promise<{ server: Server, url: string, requests: () => number }> {
   let requests = 0
   const server = createServer((_request, response) => {
     requests++
+    const body = handler()
+    if (body === undefined) response.statusCode = 503
     response.setHeader('content-type', 'application/json')
-    response.end(JSON.stringify(handler()))
+    response.end(JSON.stringify(body ?? {}))
   }).listen(0, '127.0.0.1')
   await once(server, 'listening')
   t.teardown(() => { server.closeAllConnections(); server.close() })
@@ -100,4 +103,28 @@ t.test('while the key set cannot be fetched, cached keys still verify', async (t
   provider.server.close()
   t.equal((await get(tokenFrom(first))).status, 200)
   t.equal((await get(tokenFrom(stranger, 'another-unknown'))).status, 401)
+})
+
+t.test('the provider failing for longer than the cache lives: the last keys still verify, fetches stay rare', async (t) => {
+  let failing = false
+  const flaky = await serve(() => failing ? undefined : { keys: [jwk(first)] })
+  const short = await build(t, { JWT_SECRET: '', JWKS_URL: flaky.url, JWKS_CACHE_MAX_AGE_MS: '1000' })
+  await short.seed(ordersFixture())
+  const getShort = (token: string) => short.request(ordersPath(), { token })
+  t.equal((await getShort(tokenFrom(first))).status, 200)
+  failing = true
+  await sleep(1_200) // past the cache's age: jose alone would now refuse every token
+  const before = flaky.requests()
+  for (let i = 0; i < 10; i++) t.equal((await getShort(tokenFrom(first))).status, 200, 'a known key still verifies')
+  t.equal((await getShort(tokenFrom(stranger))).status, 401, 'an unknown kid is still refused')
+  t.ok(flaky.requests() - before <= 1, `${flaky.requests() - before} fetches for 11 tokens during the outage`)
+})
+
+t.test('no key set was ever fetched and the provider is down → 503 keys-unavailable, not 401', async (t) => {
+  const down = await serve(() => undefined)
+  const fresh = await build(t, { JWT_SECRET: '', JWKS_URL: down.url })
+  const res = await fresh.request(ordersPath(), { token: tokenFrom(first) })
+  t.equal(res.status, 503)
+  t.equal(res.headers.get('retry-after'), '5')
+  t.match(res.body, { type: '/problems/keys-unavailable', status: 503 })
 })

@@ -1,0 +1,57 @@
+// The identity provider's JSON Web Key Set (JWKS_URL), through jose's remote key set: keys cached,
+// chosen by the token's kid and alg. Only JWKS_URL is ever fetched: jku, x5u and jwk headers are
+// never followed. When the provider cannot be reached, the keys it published last keep verifying,
+// and failed fetches are not retried more than once per cooldown.
+import { KeyObject } from 'node:crypto'
+import { createLocalJWKSet, createRemoteJWKSet, type JSONWebKeySet, type JWSHeaderParameters } from 'jose'
+
+export interface KeySetOptions {
+  /** How long fetched keys are trusted before the set is fetched again. */
+  cacheMaxAgeMs: number
+}
+
+/** The provider could not be reached and no key set was ever fetched: not the token's fault. */
+export class KeySetUnavailable extends Error {}
+
+// A kid the cache does not know triggers a refetch at most once per cooldown, so a newly
+// published key is accepted within seconds and made-up kids cannot hammer the provider.
+const COOLDOWN_MS = 5_000
+const FETCH_TIMEOUT_MS = 5_000
+// jose's errors that are about the token (no or several keys for its kid, an unusable alg).
+const tokenFaults = new Set(['ERR_JWKS_NO_MATCHING_KEY', 'ERR_JWKS_MULTIPLE_MATCHING_KEYS', 'ERR_JOSE_NOT_SUPPORTED', 'ERR_JOSE_ALG_NOT_ALLOWED'])
+
+/** Resolves a token header's kid and alg to the PEM of the provider's matching public key. */
+export function keySetResolver (url: string, { cacheMaxAgeMs }: KeySetOptions) {
+  const remote = createRemoteJWKSet(new URL(url), {
+    cacheMaxAge: cacheMaxAgeMs, cooldownDuration: COOLDOWN_MS, timeoutDuration: FETCH_TIMEOUT_MS
+  })
+  let failedAt = -Infinity
+  let fallback: { from: JSONWebKeySet, select: ReturnType<typeof createLocalJWKSet> } | undefined
+  const pems = new WeakMap<object, string>()
+
+  async function select (header: JWSHeaderParameters) {
+    if (Date.now() - failedAt >= COOLDOWN_MS) {
+      try {
+        return await remote(header)
+      } catch (error) {
+        if (tokenFaults.has((error as { code?: string }).code ?? '')) throw error
+        failedAt = Date.now()
+      }
+    }
+    const cached = remote.jwks()
+    if (!cached) throw new KeySetUnavailable(`the key set at ${url} cannot be fetched`)
+    if (fallback?.from !== cached) fallback = { from: cached, select: createLocalJWKSet(cached) }
+    return fallback.select(header)
+  }
+
+  return async function publicKeyOf (header: { alg?: string, kid?: string }): Promise<string> {
+    // Only the fields key selection needs: nothing else of an attacker's header reaches jose.
+    const key = await select({ alg: header.alg, kid: header.kid } as JWSHeaderParameters)
+    let pem = pems.get(key)
+    if (!pem) {
+      pem = KeyObject.from(key as CryptoKey).export({ type: 'spki', format: 'pem' }) as string
+      pems.set(key, pem)
+    }
+    return pem
+  }
+}
