@@ -2,7 +2,7 @@
 # Build: compile TypeScript with the dev dependencies. Runtime: production dependencies only,
 # the compiled code, the contract and the migrations, run as the unprivileged `node` user.
 
-FROM node:20-bookworm-slim AS build
+FROM node:22-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -14,7 +14,7 @@ COPY db ./db
 COPY scripts ./scripts
 RUN npm run build
 
-FROM node:20-bookworm-slim AS runtime
+FROM node:22-bookworm-slim AS runtime
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=3000

@@ -79,6 +79,9 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
   } catch (error) {
     throw new Error(`Invalid configuration: ${(error as Error).message}`)
   }
+  if (config.SHUTDOWN_DELAY_MS >= config.SHUTDOWN_TIMEOUT_MS) {
+    throw new Error('Invalid configuration: SHUTDOWN_DELAY_MS must be shorter than SHUTDOWN_TIMEOUT_MS')
+  }
   const sources = KEY_SOURCES.filter((name) => config[name] !== undefined)
   if (sources.length > 1) {
     throw new Error(`Invalid configuration: set only one of ${KEY_SOURCES.join(', ')} (got ${sources.join(' and ')})`)

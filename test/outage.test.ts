@@ -42,10 +42,12 @@ t.test('database stopped → 503 problem with Retry-After, /readyz 503, /healthz
   t.equal((await harness.request(ordersPath())).status, 401, 'auth still answers first')
 })
 
-t.test('database back → the same process serves again, nothing was removed while it was down', async (t) => {
+t.test('database back → the same process serves again, with its data and metrics of the outage', async (t) => {
   server = await startEmbeddedPostgres(clusterOptions)
   t.equal((await harness.request('/readyz')).status, 200)
   const res = await list()
   t.equal(res.status, 200)
   t.equal(res.headers.get('x-total-count'), '10')
+  const metrics = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  t.match(metrics, /db_errors_total\{kind="unavailable"\} [1-9]/, 'the outage was counted')
 })

@@ -13,12 +13,12 @@ export default async function healthRoutes (fastify: FastifyInstance) {
 
   fastify.get(getLiveness.url, { schema: getLiveness.schema, config }, async () => ({ status: 'ok' as const }))
 
-  fastify.get(getReadiness.url, { schema: getReadiness.schema, config }, async () => {
+  fastify.get(getReadiness.url, { schema: getReadiness.schema, config }, async (request) => {
     if (fastify.draining) throw problems.shuttingDown()
     try {
       await ping(fastify.db)
     } catch (error) {
-      fastify.log.warn({ err: error }, 'readiness check failed')
+      request.log.warn({ err: error }, 'readiness check failed')
       throw problems.databaseUnavailable()
     }
     return { status: 'ok' as const }
