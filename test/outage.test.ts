@@ -1,5 +1,5 @@
 // The database really goes away (its server is stopped) and comes back.
-import { rm } from 'node:fs/promises'
+import { readdir, readFile, rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
 import { freePort, type RunningPostgres, startEmbeddedPostgres, temporaryFolder } from '../db/embedded-postgres.js'
@@ -50,4 +50,37 @@ t.test('database back → the same process serves again, with its data and metri
   t.equal(res.headers.get('x-total-count'), '10')
   const metrics = await (await fetch(`${harness.baseUrl}/metrics`)).text()
   t.match(metrics, /db_errors_total\{kind="unavailable"\} [1-9]/, 'the outage was counted')
+})
+
+/** The postmaster of the cluster and every process it started. */
+async function clusterProcesses (): Promise<number[]> {
+  const postmaster = Number((await readFile(join(clusterOptions.dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0])
+  const children: number[] = []
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '')
+    if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster) children.push(Number(entry))
+  }
+  return [postmaster, ...children]
+}
+
+t.test('database hung (every process stopped, connections open but silent) → 503 within the timeouts, then recovery', async (t) => {
+  t.equal((await list()).status, 200, 'a pooled connection is open')
+  const processes = await clusterProcesses()
+  for (const pid of processes) process.kill(pid, 'SIGSTOP')
+  t.teardown(() => { for (const pid of processes) { try { process.kill(pid, 'SIGCONT') } catch {} } })
+  const started = Date.now()
+  const [api, ready, alive] = await Promise.all([list(), harness.request('/readyz'), harness.request('/healthz')])
+  t.equal(alive.status, 200, 'liveness does not wait for the database')
+  t.equal(api.status, 503)
+  t.match(api.body, { type: '/problems/database-unavailable' })
+  t.equal(ready.status, 503)
+  t.ok(Date.now() - started < 12_000, `answered in ${Date.now() - started} ms, not hung`)
+  for (const pid of processes) process.kill(pid, 'SIGCONT')
+  let res
+  for (let attempt = 0; attempt < 50 && res?.status !== 200; attempt++) {
+    res = await list()
+    if (res.status !== 200) await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+  t.equal(res!.status, 200, 'served again once the database answers')
 })
