@@ -286,6 +286,8 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["Health"];
+            408: components["responses"]["RequestTimeout"];
+            431: components["responses"]["HeadersTooLarge"];
         };
     };
     getReadiness: {
@@ -298,6 +300,8 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["Health"];
+            408: components["responses"]["RequestTimeout"];
+            431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };

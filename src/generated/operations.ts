@@ -168,7 +168,9 @@ export const operations = {
     "url": "/healthz",
     "scopes": [],
     "statuses": [
-      200
+      200,
+      408,
+      431
     ],
     "schema": {
       "response": {
@@ -198,6 +200,8 @@ export const operations = {
     "scopes": [],
     "statuses": [
       200,
+      408,
+      431,
       503
     ],
     "schema": {
