@@ -87,6 +87,10 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
         if (error instanceof KeySetUnavailable) throw problems.keysUnavailable()
         throw problems.invalidToken(invalidTokenDescription(error))
       }
+      // fast-jwt checks exp and nbf but not iat: a token issued in the future is not believable.
+      if (claims.iat !== undefined && (typeof claims.iat !== 'number' || claims.iat * 1000 > Date.now() + CLOCK_TOLERANCE_MS)) {
+        throw problems.invalidToken('The access token was issued in the future')
+      }
       const granted = grantedScopes(claims)
       if (!scopes.every((scope) => granted.has(scope))) throw problems.insufficientScope(scopes)
     }

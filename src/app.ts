@@ -1,6 +1,7 @@
 // The application as a plugin: cross-cutting plugins first, then routes, then error handling.
 // Only src/server.ts listens; tests register this same plugin (test/helper.ts).
-import type { FastifyInstance, FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
+import type { Server } from 'node:http'
+import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import auth from '../plugins/auth.js'
 import db from '../plugins/db.js'
@@ -21,7 +22,7 @@ import { validatorCompiler } from './validation.js'
 export interface AppOptions { config: Config }
 
 /** Options for the Fastify instance that runs the app: limits and logging the contract relies on. */
-export function serverOptions (config: Config): FastifyServerOptions {
+export function serverOptions (config: Config): FastifyHttpOptions<Server> {
   return {
     logger: {
       level: config.LOG_LEVEL,
@@ -32,6 +33,9 @@ export function serverOptions (config: Config): FastifyServerOptions {
     genReqId: requestIdOf,
     // DELETE bodies above this are refused with 413.
     bodyLimit: 256 * 1024,
+    // Room for a large (or hostile, 100 KB) token to reach authentication and get a proper 401;
+    // Node's default of 16 KiB would answer 431 first.
+    http: { maxHeaderSize: 128 * 1024 },
     // The router's default of 100 would answer a long id with 404 before auth and validation;
     // any id that fits in a request line reaches the schema's maxLength instead.
     routerOptions: { maxParamLength: 16 * 1024 },

@@ -62,7 +62,7 @@ t.test('a database error → 500 that names no table, SQL or stack; nothing half
 })
 
 t.test('requests the HTTP parser rejects get problems too: 431 for huge headers, 400 for malformed HTTP', async (t) => {
-  const huge = await harness.request(ordersPath(), { token: 'x'.repeat(20 * 1024) })
+  const huge = await harness.request(ordersPath(), { token: 'x'.repeat(130 * 1024) })
   t.equal(huge.status, 431)
   t.match(huge.body, { type: 'about:blank', title: 'Request Header Fields Too Large', status: 431 })
   const raw = await new Promise<string>((resolve, reject) => {

@@ -175,7 +175,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request headers (a huge token, say) are larger than the server accepts (16 KiB). */
+        /** @description The request headers are larger than the server accepts (128 KiB). */
         HeadersTooLarge: {
             headers: {
                 [name: string]: unknown;

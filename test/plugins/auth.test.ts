@@ -314,3 +314,25 @@ t.test('a token in the query string (?access_token=) is not accepted → 401 mis
   isMissingCredentials(t, await get({}, `?access_token=${readToken()}`), 'access_token')
   isMissingCredentials(t, await get({}, `?limit=5&access_token=${encodeURIComponent(`Bearer ${readToken()}`)}`), 'Bearer in access_token')
 })
+
+t.test('a token issued in the future (beyond the clock skew) or with a non-numeric iat → 401 invalid_token', async (t) => {
+  isInvalidToken(t, await get(bearer(token({ scope: 'read:resource', iat: now() + 120 }))), 'iat in 2 minutes', 'The access token was issued in the future')
+  isInvalidToken(t, await get(bearer(token({ scope: 'read:resource', iat: 'yesterday' }))), 'iat as text')
+  t.equal((await get(bearer(token({ scope: 'read:resource', iat: now() + 10 })))).status, 200, 'iat 10 s ahead: within the skew')
+})
+
+t.test('kid tricks against an HS256 service: path and SQL injection, keys a server might load from them → 401', async (t) => {
+  const claims = readClaims()
+  for (const [kid, key] of [['../../../../../dev/null', ''], ["x' UNION SELECT 'attacker-secret' --", 'attacker-secret'], ['/proc/self/environ', 'x']] as const) {
+    isInvalidToken(t, await get(bearer(craftedToken({ alg: 'HS256', typ: 'JWT', kid }, claims, key))), kid)
+  }
+})
+
+t.test('a 100 KB token reaches authentication and gets a Bearer challenge, not a bare 431', async (t) => {
+  const padding = 'x'.repeat(75_000) // about 100 KB once base64url-encoded
+  const huge = token({ scope: 'read:resource', padding })
+  t.ok(huge.length >= 100_000, `${huge.length} characters`)
+  const signedByOther = craftedToken({ alg: 'HS256', typ: 'JWT' }, { ...readClaims(), padding }, OTHER_SECRET)
+  isInvalidToken(t, await get(bearer(signedByOther)), '100 KB, wrong signature')
+  t.equal((await get(bearer(huge))).status, 200, 'a genuine 100 KB token is simply verified')
+})

@@ -128,3 +128,11 @@ t.test('no key set was ever fetched and the provider is down → 503 keys-unavai
   t.equal(res.headers.get('retry-after'), '5')
   t.match(res.body, { type: '/problems/keys-unavailable', status: 503 })
 })
+
+t.test('kid injection and an embedded jwk header: nothing but the published set is used → 401', async (t) => {
+  for (const kid of ['../../../../etc/passwd', "key-1' OR '1'='1", 'key-1\u0000', '']) {
+    t.equal((await get(tokenFrom(stranger, kid))).status, 401, JSON.stringify(kid))
+  }
+  const embedded = tokenFrom(stranger, stranger.kid, { jwk: JSON.stringify(jwk(stranger)) })
+  t.equal((await get(embedded)).status, 401, 'a key carried in the token is not trusted')
+})
