@@ -85,6 +85,7 @@ class ListCommand implements fc.AsyncCommand<Model, Real> {
     }
     if (Object.keys(links).length !== Object.keys(rels).length) throw new Error(`unexpected links: ${res.headers.get('link')}`)
   }
+
   toString () { return `list(${this.client}, limit=${this.limit}, page=${this.page}, ${sortByText(this.keys)})` }
 }
 
@@ -106,6 +107,7 @@ class UnauthorizeCommand implements fc.AsyncCommand<Model, Real> {
     if (res.status !== expected) throw new Error(`expected ${expected}, got ${res.status} ${res.text}`)
     await assertDatabaseMatches(model, harness)
   }
+
   toString () { return `unauthorize(${this.client}, ${JSON.stringify(this.ids)})` }
 }
 
@@ -120,6 +122,7 @@ class ConcurrentUnauthorizeCommand implements fc.AsyncCommand<Model, Real> {
     if (a.status !== expected[0] || b.status !== expected[1]) throw new Error(`expected ${expected}, got ${[a.status, b.status]}`)
     await assertDatabaseMatches(model, harness)
   }
+
   toString () { return `concurrently(${this.client}, ${JSON.stringify(this.first)}, ${JSON.stringify(this.second)})` }
 }
 
