@@ -88,8 +88,9 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
         throw problems.invalidToken(invalidTokenDescription(error))
       }
       // fast-jwt checks exp and nbf but not iat: a token issued in the future is not believable.
-      if (claims.iat !== undefined && (typeof claims.iat !== 'number' || claims.iat * 1000 > Date.now() + CLOCK_TOLERANCE_MS)) {
-        throw problems.invalidToken('The access token was issued in the future')
+      if (claims.iat !== undefined) {
+        if (typeof claims.iat !== 'number') throw problems.invalidToken('The access token is invalid')
+        if (claims.iat * 1000 > Date.now() + CLOCK_TOLERANCE_MS) throw problems.invalidToken('The access token was issued in the future')
       }
       const granted = grantedScopes(claims)
       if (!scopes.every((scope) => granted.has(scope))) throw problems.insufficientScope(scopes)
