@@ -86,6 +86,11 @@ export async function startThrowawayPostgres (): Promise<RunningPostgres> {
   }
 }
 
+/** The server at `url` when one is given (left running), else a throwaway cluster. */
+export async function givenOrThrowawayPostgres (url: string | undefined): Promise<RunningPostgres> {
+  return url ? { url, stop: async () => {} } : startThrowawayPostgres()
+}
+
 /**
  * The server already running on `dataDir`, if any: a postmaster left behind by a process killed
  * with SIGKILL, or one that another command of ours started.

@@ -3,7 +3,7 @@
 // generates GRANTS grants (default 1,000,000) inside PostgreSQL with generate_series, and prints
 // EXPLAIN (ANALYZE, BUFFERS) of each statement as the service runs it.
 import pg from 'pg'
-import { startThrowawayPostgres } from '../db/embedded-postgres.js'
+import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { listGrantedPermissionsSql, unauthorizeSql } from '../db/queries.js'
 
@@ -15,15 +15,9 @@ if (!Number.isInteger(total) || total < heavyGrants * 2) {
   process.exit(2)
 }
 
-let url = process.env.DATABASE_URL
-let stop = async () => {}
-if (!url) {
-  const server = await startThrowawayPostgres()
-  url = server.url
-  stop = server.stop
-}
+const database = await givenOrThrowawayPostgres(process.env.DATABASE_URL)
 
-const pool = new pg.Pool({ connectionString: url, max: 1 })
+const pool = new pg.Pool({ connectionString: database.url, max: 1 })
 // The throwaway server stops right after; its goodbye to an idle connection is expected.
 pool.on('error', () => {})
 try {
@@ -65,5 +59,5 @@ try {
   await pool.query('ROLLBACK')
 } finally {
   await pool.end()
-  await stop()
+  await database.stop()
 }

@@ -3,22 +3,18 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { join } from 'node:path'
-import { startThrowawayPostgres } from '../db/embedded-postgres.js'
+import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
 import { projectRoot } from '../src/project-root.js'
 
 export async function runWithTestDatabase (bin: string, args: string[]): Promise<never> {
-  let url = process.env.TEST_DATABASE_URL
-  let cleanup = async () => {}
-  if (!url) {
-    const server = await startThrowawayPostgres()
-    url = server.url
-    cleanup = server.stop
-  }
+  const database = await givenOrThrowawayPostgres(process.env.TEST_DATABASE_URL)
   const child = spawn(join(projectRoot, 'node_modules', '.bin', bin), args, {
     stdio: 'inherit',
-    env: { ...process.env, TEST_DATABASE_URL: url }
+    env: { ...process.env, TEST_DATABASE_URL: database.url }
   })
+  // Interrupted, the command stops first and the throwaway cluster is still removed after it.
+  for (const name of ['SIGINT', 'SIGTERM'] as const) process.on(name, () => child.kill(name))
   const [code, signal] = await once(child, 'exit') as [number | null, string | null]
-  await cleanup()
+  await database.stop()
   process.exit(code ?? (signal ? 1 : 0))
 }

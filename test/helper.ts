@@ -2,11 +2,14 @@
 // set by `npm test`), migrated by the app itself, served over real HTTP on a loopback port.
 // Every response is checked against the OpenAPI contract (test/contract.ts).
 import { randomBytes } from 'node:crypto'
+import { rm } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
+import { join } from 'node:path'
 import type { Writable } from 'node:stream'
 import Fastify, { type FastifyInstance } from 'fastify'
 import pg from 'pg'
 import type { Test } from 'tap'
+import { freePort, startEmbeddedPostgres, temporaryFolder } from '../db/embedded-postgres.js'
 import { seedDatabase, type SeedData } from '../db/seed.js'
 import app, { serverOptions } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
@@ -44,6 +47,30 @@ export async function createTestDatabase (t: Test): Promise<string> {
   const { url, drop } = await newDatabase()
   t.teardown(drop)
   return url
+}
+
+export interface OwnPostgres {
+  url: string
+  dataDir: string
+  stop: () => Promise<void>
+  start: () => Promise<void>
+}
+
+/** A PostgreSQL server of the test's own, to stop and start again; removed when the test ends. */
+export async function ownPostgres (t: Test): Promise<OwnPostgres> {
+  const dir = await temporaryFolder('client-permissions-own-pg-')
+  const options = { dataDir: join(dir, 'pg'), port: await freePort() }
+  let server = await startEmbeddedPostgres(options)
+  t.teardown(async () => {
+    await server.stop()
+    await rm(dir, { recursive: true, force: true })
+  })
+  return {
+    url: server.url,
+    dataDir: options.dataDir,
+    stop: () => server.stop(),
+    start: async () => { server = await startEmbeddedPostgres(options) }
+  }
 }
 
 export interface RequestOptions {

@@ -1,21 +1,13 @@
 // The database really goes away (its server is stopped) and comes back.
-import { readdir, readFile, rm } from 'node:fs/promises'
+import { readdir, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
-import { freePort, type RunningPostgres, startEmbeddedPostgres, temporaryFolder } from '../db/embedded-postgres.js'
 import { seedDatabase } from '../db/seed.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
-import { build } from './helper.js'
+import { build, ownPostgres } from './helper.js'
 import { deleteToken, readToken } from './tokens.js'
 
-const dir = await temporaryFolder('client-permissions-outage-')
-const clusterOptions = { dataDir: join(dir, 'pg'), port: await freePort() }
-let server: RunningPostgres = await startEmbeddedPostgres(clusterOptions)
-t.teardown(async () => {
-  await server.stop()
-  await rm(dir, { recursive: true, force: true })
-})
-
+const server = await ownPostgres(t)
 const harness = await build(t, { DATABASE_URL: server.url })
 await seedDatabase(harness.app.db, ordersFixture())
 const list = () => harness.request(ordersPath(), { token: readToken() })
@@ -43,7 +35,7 @@ t.test('database stopped → 503 problem with Retry-After, /readyz 503, /healthz
 })
 
 t.test('database back → the same process serves again, with its data and metrics of the outage', async (t) => {
-  server = await startEmbeddedPostgres(clusterOptions)
+  await server.start()
   t.equal((await harness.request('/readyz')).status, 200)
   const res = await list()
   t.equal(res.status, 200)
@@ -54,7 +46,7 @@ t.test('database back → the same process serves again, with its data and metri
 
 /** The postmaster of the cluster and every process it started. */
 async function clusterProcesses (): Promise<number[]> {
-  const postmaster = Number((await readFile(join(clusterOptions.dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0])
+  const postmaster = Number((await readFile(join(server.dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0])
   const children: number[] = []
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue

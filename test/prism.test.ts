@@ -3,24 +3,17 @@
 // flags (an sl-violations header, or an error of its own in place of the service's answer) fails.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
-import { freePort, type RunningPostgres, startEmbeddedPostgres, temporaryFolder } from '../db/embedded-postgres.js'
+import { freePort } from '../db/embedded-postgres.js'
 import { seedDatabase } from '../db/seed.js'
 import { projectRoot, specPath } from '../src/project-root.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
-import { build } from './helper.js'
+import { build, ownPostgres } from './helper.js'
 import { deleteToken, readToken, token } from './tokens.js'
 
 // A database of its own, so the scenario can break it (500) and stop it (503).
-const dir = await temporaryFolder('client-permissions-prism-')
-const cluster = { dataDir: join(dir, 'pg'), port: await freePort() }
-let database: RunningPostgres = await startEmbeddedPostgres(cluster)
-t.teardown(async () => {
-  await database.stop()
-  await rm(dir, { recursive: true, force: true })
-})
+const database = await ownPostgres(t)
 const harness = await build(t, { DATABASE_URL: database.url })
 await seedDatabase(harness.app.db, ordersFixture())
 
@@ -88,7 +81,7 @@ t.test('a broken database (500) and a stopped one (503), through Prism', async (
   await database.stop()
   t.equal((await viaPrism(path, { authorization: bearer(readToken()) })).status, 503)
   t.equal((await viaPrism(path, { method: 'DELETE', authorization: bearer(deleteToken()), contentType: 'application/json', body: '["p_read_orders"]' })).status, 503)
-  database = await startEmbeddedPostgres(cluster)
+  await database.start()
 })
 
 t.test('every documented status of both operations was reached, except the HTTP layer\'s own', async (t) => {
