@@ -44,7 +44,8 @@ export function grantedScopes (claims: Record<string, unknown>): Set<string> {
 
 function invalidTokenDescription (error: unknown): string {
   const code = (error as { code?: string }).code
-  if (code === 'FST_JWT_AUTHORIZATION_TOKEN_EXPIRED' || code === TokenError.codes.expired) return 'The access token expired'
+  // @fastify/jwt renames fast-jwt's expiry error; the others it passes on as fast-jwt's.
+  if (code === 'FST_JWT_AUTHORIZATION_TOKEN_EXPIRED') return 'The access token expired'
   if (code === TokenError.codes.inactive) return 'The access token is not valid yet'
   return 'The access token is invalid'
 }

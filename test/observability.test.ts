@@ -2,7 +2,7 @@ import { PassThrough } from 'node:stream'
 import t from 'tap'
 import { ordersFixture, ordersPath } from './fixtures.js'
 import { build } from './helper.js'
-import { readToken } from './tokens.js'
+import { deleteToken, readToken } from './tokens.js'
 
 const logs: Array<Record<string, unknown>> = []
 const stream = new PassThrough()
@@ -48,4 +48,14 @@ t.test('log lines are JSON with the request id, route, status and latency; token
   const everything = JSON.stringify(logs)
   t.notOk(everything.includes(secretish), 'the token is in no log line')
   t.notOk(everything.includes('s3cr3t'), 'cookies are in no log line')
+})
+
+t.test('a removal leaves an audit line: who lost what on which resource, and how many grants', async (t) => {
+  const res = await harness.request(ordersPath(), {
+    method: 'DELETE', token: deleteToken(), json: ['p_read_orders', 'p_read_orders'], headers: { 'x-request-id': 'audit-me' }
+  })
+  t.equal(res.status, 204)
+  await new Promise((resolve) => setImmediate(resolve))
+  const audit = logs.filter((line) => line.reqId === 'audit-me' && line.msg === 'permissions unauthorized')
+  t.match(audit, [{ level: 30, resourceId: 'orders-api', clientId: 'app-a', removed: 1 }])
 })

@@ -3,7 +3,9 @@
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
-import { listGrantedPermissions, listGrantedPermissionsSql, unauthorizeSql } from '../../db/queries.js'
+import {
+  authorizeClient, listGrantedPermissions, listGrantedPermissionsSql, ping, unauthorizeSql, upsertClient, upsertPermission, upsertResource
+} from '../../db/queries.js'
 import { createTestDatabase } from '../helper.js'
 
 async function migratedPool (t: Test): Promise<pg.Pool> {
@@ -305,4 +307,33 @@ t.test('the list and unauthorize statements read only the client\'s entries of t
   t.equal(page.total, 1000)
   t.equal(page.permissions.length, 50)
   t.ok(page.permissions.every(({ id }) => id.startsWith('perm-2-')), 'only the permissions of the resource asked for')
+})
+
+t.test('the seeding upserts: names kept unless given, ids never move between resources, new grants counted', async (t) => {
+  await upsertResource(db, { id: 'up-api', name: 'Upserts' })
+  await upsertResource(db, { id: 'up-api' })
+  await upsertClient(db, { id: 'up-c', name: 'Up client' })
+  await upsertClient(db, { id: 'up-c' })
+  t.same((await sql("SELECT name FROM resources WHERE id = 'up-api'")).rows, [{ name: 'Upserts' }])
+  t.same((await sql("SELECT name FROM clients WHERE id = 'up-c'")).rows, [{ name: 'Up client' }])
+  await upsertResource(db, { id: 'up-api', name: 'Renamed' })
+  t.same((await sql("SELECT name FROM resources WHERE id = 'up-api'")).rows, [{ name: 'Renamed' }])
+
+  t.equal(await upsertPermission(db, { id: 'up-p1', resource_id: 'up-api', name: 'read:up' }), true)
+  t.equal(await upsertPermission(db, { id: 'up-p1', resource_id: 'up-api', name: 'read:up', description: 'd' }), true)
+  await upsertResource(db, { id: 'other-api' })
+  t.equal(await upsertPermission(db, { id: 'up-p1', resource_id: 'other-api', name: 'steal:it' }), false)
+  t.same((await sql("SELECT resource_id, name, description FROM permissions WHERE id = 'up-p1'")).rows,
+    [{ resource_id: 'up-api', name: 'read:up', description: 'd' }])
+
+  t.equal(await authorizeClient(db, 'up-api', 'up-c', ['up-p1']), 1)
+  t.equal(await authorizeClient(db, 'up-api', 'up-c', ['up-p1']), 0, 'a grant held already is not new')
+  t.equal(await count("authorizations WHERE client_id = 'up-c'"), 1)
+})
+
+t.test('ping answers on a live database and throws on a closed pool', async (t) => {
+  await t.resolves(ping(db))
+  const closed = new pg.Pool({ connectionString: await createTestDatabase(t) })
+  await closed.end()
+  await t.rejects(ping(closed))
 })

@@ -234,9 +234,13 @@ function rawGet (path: string, headers: Record<string, string>): Promise<{ statu
 t.test('Link URLs use the Host header when it is a plain host, and are path-only otherwise', async (t) => {
   const compose = await rawGet(ordersPath(), { host: 'client_permissions:3000' })
   t.match(compose.link, /^<http:\/\/client_permissions:3000\/resources\/orders-api\//)
-  const hostile = await rawGet(ordersPath(), { host: 'evil>.example' })
-  t.equal(hostile.status, 200)
-  t.match(hostile.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/)
+  const ipv6 = await rawGet(ordersPath(), { host: '[::1]:3000' })
+  t.match(ipv6.link, /^<http:\/\/\[::1\]:3000\/resources\/orders-api\//)
+  for (const host of ['evil>.example', '[zz]', '[]']) {
+    const hostile = await rawGet(ordersPath(), { host })
+    t.equal(hostile.status, 200, host)
+    t.match(hostile.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/, host)
+  }
 })
 
 t.test('Link URLs are rebuilt from the ids: nothing of the raw request line is copied', async (t) => {

@@ -140,15 +140,22 @@ t.test('JSON in another charset or content-encoded → 415; bytes that are not U
   for (const contentType of ['application/json; charset=utf-16', 'application/json;charset=latin1', 'application/json; charset="iso-8859-1"']) {
     const res = await send({ 'content-type': contentType })
     t.equal(res.status, 415, contentType)
+    t.equal((res.body as { detail: string }).detail, 'The body must be application/json in UTF-8.', contentType)
   }
   const gzip = await send({ 'content-type': 'application/json', 'content-encoding': 'gzip' })
   t.equal(gzip.status, 415, 'gzip')
+  t.equal((gzip.body as { detail: string }).detail, 'The body must not be content-encoded.')
   const invalid = await send({ 'content-type': 'application/json' }, new Blob([new Uint8Array([0x5b, 0x22, 0xff, 0xfe, 0x22, 0x5d])]))
   t.equal(invalid.status, 400)
   t.match(invalid.body, { type: '/problems/malformed-body', detail: 'The body is not valid UTF-8.' })
   t.equal((await grantsOf()).length, 10)
   const quotedUtf8 = await send({ 'content-type': 'application/json; charset="UTF-8"', 'content-encoding': 'identity' })
   t.equal(quotedUtf8.status, 204, 'UTF-8, quoted and in capitals, unencoded: accepted')
+  // utf8 is a common alias; a parameter that only looks like charset is not one.
+  for (const contentType of ['application/json; charset=utf8', 'application/json; charsetx=latin1']) {
+    await harness.seed(ordersFixture())
+    t.equal((await send({ 'content-type': contentType })).status, 204, contentType)
+  }
 })
 
 t.test('bodies over 256 KiB → 413, nothing removed', async (t) => {
