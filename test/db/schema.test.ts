@@ -255,7 +255,7 @@ function describe (node: PlanNode): string {
   return `${node['Node Type']}${on}${using} rows=${node['Actual Rows']}×${node['Actual Loops']}${heap} buffers=${node['Shared Hit Blocks'] + node['Shared Read Blocks']}`
 }
 
-t.test('the list and unauthorize statements read only the client\'s entries of the grants primary key', async (t) => {
+t.test('the list and unauthorize statements read about one page of the client\'s entries of a grants index', async (t) => {
   const pool = await migratedPool(t)
   const started = Date.now()
   // 2 resources × 1000 permissions, 100 clients authorized on both with every permission: 200k grants.
@@ -283,8 +283,15 @@ t.test('the list and unauthorize statements read only the client\'s entries of t
   // The statements exactly as the service runs them (db/queries.ts).
   const statements: Record<string, [string, unknown[]]> = {
     'list by name': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 0]],
+    'list by name, last page': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 19]],
     'list by id, desc': [listGrantedPermissionsSql([{ property: 'id', direction: 'desc' }]), ['api-2', 'app-042', 50, 3]],
+    'list by name, desc, page 15': [listGrantedPermissionsSql([{ property: 'name', direction: 'desc' }]), ['api-2', 'app-042', 50, 15]],
     unauthorize: [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000']]]
+  }
+  // Rows a statement may take from the index: a list reads its page (and what it skips, up to half
+  // the client's grants, from whichever end is nearer); the DELETE its three ids.
+  const budget: Record<string, number> = {
+    'list by name': 50, 'list by name, last page': 50, 'list by id, desc': 200, 'list by name, desc, page 15': 250, unauthorize: 3
   }
   for (const [what, [statement, values]] of Object.entries(statements)) {
     await pool.query('BEGIN')
@@ -293,11 +300,14 @@ t.test('the list and unauthorize statements read only the client\'s entries of t
     const nodes = planNodes(rows[0]['QUERY PLAN'][0].Plan as PlanNode)
     const summary = nodes.map(describe).join(' > ')
     t.notOk(nodes.some((node) => node['Node Type'] === 'Seq Scan' && node['Relation Name'] === 'grants'), `${what}: no Seq Scan on grants: ${summary}`)
-    const scans = nodes.filter((node) => node['Index Name'] === 'grants_pkey')
-    t.ok(scans.length > 0, `${what}: reads grants_pkey: ${summary}`)
+    t.notOk(nodes.some((node) => node['Node Type'] === 'Sort' && node.Plans?.some((child) => child['Actual Rows'] > budget[what])),
+      `${what}: no sort of more than the page: ${summary}`)
+    const scans = nodes.filter((node) => node['Relation Name'] === 'grants' && node['Node Type'].endsWith('Scan'))
+    t.ok(scans.some((scan) => scan['Actual Loops'] > 0), `${what}: reads a grants index: ${summary}`)
     for (const scan of scans) {
+      t.match(scan['Index Name'], /^grants_(pkey|by_name)$/, `${what}: through an index of the client's grants`)
       t.match(scan['Index Cond'], /resource_id = .*client_id = |client_id = .*resource_id = /, `${what}: seeks both columns`)
-      t.ok(scan['Actual Rows'] * scan['Actual Loops'] <= 1000, `${what}: the index yields at most the client's 1000 grants on the resource: ${describe(scan)}`)
+      t.ok(scan['Actual Rows'] * scan['Actual Loops'] <= budget[what], `${what}: the index yields at most ${budget[what]} entries: ${describe(scan)}`)
       // The 1000 entries sit side by side in a few leaf pages; walking or skipping through the
       // 200k entries would touch hundreds or thousands of pages.
       t.ok(scan['Shared Hit Blocks'] + scan['Shared Read Blocks'] < 50, `${what}: a handful of index pages: ${describe(scan)}`)
@@ -336,4 +346,41 @@ t.test('ping answers on a live database and throws on a closed pool', async (t) 
   const closed = new pg.Pool({ connectionString: await createTestDatabase(t) })
   await closed.end()
   await t.rejects(ping(closed))
+})
+
+t.test('each authorization counts its grants through inserts, deletes, cascades and renames', async (t) => {
+  const { resource, permissionIds, clientIds } = await arrange('counted', { permissions: 4, clients: 2 })
+  const counts = async () => (await sql(
+    'SELECT client_id, grant_count::int AS n FROM authorizations WHERE resource_id = $1 ORDER BY client_id', [resource])).rows
+  const actual = async () => (await sql(`
+    SELECT a.client_id, count(g.*)::int AS n FROM authorizations a
+    LEFT JOIN grants g ON g.resource_id = a.resource_id AND g.client_id = a.client_id
+    WHERE a.resource_id = $1 GROUP BY a.client_id ORDER BY a.client_id`, [resource])).rows
+  t.same(await counts(), [{ client_id: clientIds[0], n: 4 }, { client_id: clientIds[1], n: 4 }])
+  await sql('DELETE FROM grants WHERE resource_id = $1 AND client_id = $2 AND permission_id = ANY ($3)', [resource, clientIds[0], permissionIds.slice(0, 3)])
+  t.same(await counts(), await actual(), 'after a DELETE of three')
+  await sql('DELETE FROM permissions WHERE id = $1', [permissionIds[3]])
+  t.same(await counts(), [{ client_id: clientIds[0], n: 0 }, { client_id: clientIds[1], n: 3 }], 'after a cascade from a permission')
+  await sql("UPDATE permissions SET name = 'renamed:one' WHERE id = $1", [permissionIds[0]])
+  t.same((await sql('SELECT DISTINCT permission_name FROM grants WHERE permission_id = $1', [permissionIds[0]])).rows,
+    [{ permission_name: 'renamed:one' }], 'a rename reaches the grants')
+  t.same(await counts(), await actual(), 'a rename changes no count')
+  await t.rejects(sql('UPDATE grants SET permission_name = $2 WHERE permission_id = $1', [permissionIds[0], 'other:name']),
+    { code: '23503', constraint: 'grant_of_resource_permission' }, 'a grant cannot carry another name than its permission')
+  await sql('INSERT INTO grants (resource_id, client_id, permission_id) VALUES ($1, $2, $3)', [resource, clientIds[0], permissionIds[0]])
+  t.same(await counts(), await actual(), 'after an INSERT')
+  await t.rejects(sql('UPDATE authorizations SET grant_count = -1 WHERE resource_id = $1', [resource]), { code: '23514' })
+})
+
+t.test('TRUNCATE of the grants zeroes every count', async (t) => {
+  const pool = await migratedPool(t)
+  await pool.query(`
+    INSERT INTO resources (id) VALUES ('tr-api');
+    INSERT INTO clients (id) VALUES ('tr-app');
+    INSERT INTO permissions (id, resource_id, name) VALUES ('tr-p', 'tr-api', 'read:tr');
+    INSERT INTO authorizations (resource_id, client_id) VALUES ('tr-api', 'tr-app');
+    INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('tr-api', 'tr-app', 'tr-p')`)
+  t.equal((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows[0].n, 1)
+  await pool.query('TRUNCATE grants')
+  t.equal((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows[0].n, 0)
 })
