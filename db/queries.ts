@@ -4,6 +4,16 @@ import type pg from 'pg'
 
 export type Queryable = Pick<pg.Pool | pg.PoolClient, 'query'>
 
+/**
+ * Whether statements are sent as named prepared statements: parsed and planned once per connection
+ * (a list statement takes longer to plan than to run), or unnamed, for poolers that cannot keep
+ * them (PgBouncer in transaction mode before 1.21).
+ */
+export interface StatementOptions { prepared?: boolean }
+
+const statement = (name: string, text: string, values: unknown[], { prepared = true }: StatementOptions) =>
+  prepared ? { name, text, values } : { text, values }
+
 /** Server-side bound on the DELETE statement; its expiry answers 503 like an outage. */
 export const STATEMENT_TIMEOUT_MS = 5_000
 
@@ -15,18 +25,6 @@ export interface Permission { id: string, name: string, description?: string }
 
 /** Whether the resource and the client exist, and whether the client is authorized on it. */
 export interface Target { resourceExists: boolean, clientExists: boolean, authorized: boolean }
-
-// The only text that reaches ORDER BY: columns from this map and directions from a closed set.
-const sortColumns: Record<SortProperty, string> = { id: 'p.id', name: 'p.name', description: 'p.description' }
-const sortDirections: Record<SortDirection, string> = { asc: 'ASC', desc: 'DESC' }
-
-function orderBy (sort: SortKey[]): string {
-  // The id, unique, ends every ORDER BY: it breaks every tie so pages never overlap or skip, and
-  // any key after it could never matter.
-  const idAt = sort.findIndex(({ property }) => property === 'id')
-  const keys: SortKey[] = idAt === -1 ? [...sort, { property: 'id', direction: 'asc' }] : sort.slice(0, idAt + 1)
-  return keys.map(({ property, direction }) => `${sortColumns[property]} ${sortDirections[direction]}`).join(', ')
-}
 
 const targetColumns = `
   EXISTS (SELECT 1 FROM resources WHERE id = $1) AS resource_exists,
@@ -50,33 +48,91 @@ export interface ListGrantedPermissionsInput {
 
 export interface PermissionPage extends Target { total: number, permissions: Permission[] }
 
-/** The list statement for one sort order; $1 resource id, $2 client id, $3 limit, $4 page. */
-export function listGrantedPermissionsSql (sort: SortKey[]): string {
-  const order = orderBy(sort)
-  return `
-    SELECT t.*, p.id, p.name, p.description
-    FROM (
-      SELECT ${targetColumns},
-        (SELECT count(*) FROM grants WHERE resource_id = $1 AND client_id = $2) AS total
-    ) t
-    LEFT JOIN LATERAL (
-      SELECT p.id, p.name, p.description
+// The only text that reaches ORDER BY: columns from these maps and directions from a closed set.
+// A grant carries its permission's name (migration 0002), so id and name sorts never join.
+const grantColumns: Record<SortProperty, string> = { id: 'g.permission_id', name: 'g.permission_name', description: 'p.description' }
+const pageColumns: Record<SortProperty, string> = { id: 'page.id', name: 'page.name', description: 'page.description' }
+const directions: Record<SortDirection, string> = { asc: 'ASC', desc: 'DESC' }
+const reversed: Record<SortDirection, SortDirection> = { asc: 'desc', desc: 'asc' }
+
+/**
+ * The keys that decide the order: the given ones up to the first that is unique among a client's
+ * grants on a resource (the id, or the name: unique per resource), then the id if none was.
+ * Keys after a unique one could never matter, and leaving them out lets an index serve the order.
+ */
+export function decidingKeys (sort: SortKey[]): SortKey[] {
+  const uniqueAt = sort.findIndex(({ property }) => property !== 'description')
+  return uniqueAt === -1 ? [...sort, { property: 'id', direction: 'asc' }] : sort.slice(0, uniqueAt + 1)
+}
+
+function orderBy (keys: SortKey[], columns: Record<SortProperty, string>): string {
+  return keys.map(({ property, direction }) => `${columns[property]} ${directions[direction]}`).join(', ')
+}
+
+/**
+ * One page of grants ($1 resource id, $2 client id), when `when` holds. Sorted by id or name, it is cut
+ * from the grants alone (an index scan, descriptions fetched for its rows only); by description it
+ * needs the permissions joined first.
+ */
+function pageOf (keys: SortKey[], when: string, limit: string, offset: string): string {
+  const order = orderBy(keys, grantColumns)
+  if (keys.some(({ property }) => property === 'description')) {
+    return `SELECT g.permission_id AS id, g.permission_name AS name, p.description
       FROM grants g JOIN permissions p ON p.id = g.permission_id
-      WHERE g.resource_id = $1 AND g.client_id = $2
-      ORDER BY ${order}
-      -- The page number times the limit, as bigint: up to 5·10^16 rows, past JavaScript's integers.
-      LIMIT $3::bigint OFFSET $3::bigint * $4::bigint
-    ) p ON true
-    ORDER BY ${order}`
+      WHERE g.resource_id = $1 AND g.client_id = $2 AND ${when}
+      ORDER BY ${order} LIMIT ${limit} OFFSET ${offset}`
+  }
+  return `SELECT g.permission_id AS id, g.permission_name AS name,
+        (SELECT p.description FROM permissions p WHERE p.id = g.permission_id) AS description
+      FROM (
+        SELECT g.permission_id, g.permission_name FROM grants g
+        WHERE g.resource_id = $1 AND g.client_id = $2 AND ${when}
+        ORDER BY ${order} LIMIT ${limit} OFFSET ${offset}
+      ) g`
+}
+
+/**
+ * The list statement for one sort order; $1 resource id, $2 client id, $3 limit, $4 page.
+ * The total comes from the authorization's grant count, and a page in the back half of the list is
+ * read backwards from the end: either way the statement reads about one page of rows, wherever the
+ * page is. Page and total come from one snapshot.
+ */
+export function listGrantedPermissionsSql (sort: SortKey[]): string {
+  const keys = decidingKeys(sort)
+  const backwards = keys.map(({ property, direction }) => ({ property, direction: reversed[direction] }))
+  return `
+    WITH t AS MATERIALIZED (
+      SELECT
+        -- NULL when the client is not authorized on the resource.
+        (SELECT grant_count FROM authorizations WHERE resource_id = $1 AND client_id = $2) AS total,
+        -- The page number times the limit, as bigint: up to 5·10^16 rows, past JavaScript's integers.
+        $3::bigint * $4::bigint AS skip
+    )
+    SELECT
+      -- An authorization implies both exist (foreign keys): they are looked up only for a 404.
+      CASE WHEN t.total IS NULL THEN EXISTS (SELECT 1 FROM resources WHERE id = $1) ELSE true END AS resource_exists,
+      CASE WHEN t.total IS NULL THEN EXISTS (SELECT 1 FROM clients WHERE id = $2) ELSE true END AS client_exists,
+      t.total IS NOT NULL AS authorized, coalesce(t.total, 0) AS total,
+      page.id, page.name, page.description
+    FROM t
+    LEFT JOIN LATERAL (
+      (${pageOf(keys, 't.skip * 2 < t.total', '$3::bigint', '$3::bigint * $4::bigint')})
+      UNION ALL
+      (${pageOf(backwards, 't.skip * 2 >= t.total',
+        'greatest(least($3::bigint, t.total - t.skip), 0)', 'greatest(t.total - t.skip - $3::bigint, 0)')})
+    ) page ON true
+    ORDER BY ${orderBy(keys, pageColumns)}`
 }
 
 /**
  * One page of the permissions granted to a client on a resource, the total across pages and the
  * target's existence, in one round trip. An empty page still yields one row, carrying the totals.
  */
-export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput): Promise<PermissionPage> {
+export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput, options: StatementOptions = {}): Promise<PermissionPage> {
+  // One statement per order that decides differently: a bounded set (sort_by has three properties).
+  const name = `list ${decidingKeys(input.sort).map(({ property, direction }) => `${property}.${direction}`).join(',')}`
   const { rows } = await db.query<TargetRow & { total: string, id: string | null, name: string, description: string | null }>(
-    listGrantedPermissionsSql(input.sort), [input.resourceId, input.clientId, input.limit, input.page])
+    statement(name, listGrantedPermissionsSql(input.sort), [input.resourceId, input.clientId, input.limit, input.page], options))
   const first = rows[0]
   const permissions: Permission[] = []
   for (const row of rows) {
@@ -122,14 +178,14 @@ export interface UnauthorizeResult extends Target {
  * explicit transaction with a server-side statement timeout. COMMIT is sent only after the
  * statement's answer, so a client that gave up waiting never leaves a removal committed behind it.
  */
-export async function unauthorizePermissions (pool: pg.Pool, input: UnauthorizeInput): Promise<UnauthorizeResult> {
+export async function unauthorizePermissions (pool: pg.Pool, input: UnauthorizeInput, options: StatementOptions = {}): Promise<UnauthorizeResult> {
   const client = await pool.connect()
   try {
-    await client.query('BEGIN')
-    // Transaction-scoped, so nothing leaks to the next user of a pooled server connection.
-    await client.query(`SET LOCAL statement_timeout = ${STATEMENT_TIMEOUT_MS}`)
+    // One round trip; the timeout is transaction-scoped, so nothing leaks to the next user of a
+    // pooled server connection.
+    await client.query(`BEGIN; SET LOCAL statement_timeout = ${STATEMENT_TIMEOUT_MS}`)
     const { rows: [row] } = await client.query<TargetRow & { unknown_permission_ids: string[], removed: string }>(
-      unauthorizeSql, [input.resourceId, input.clientId, input.permissionIds])
+      statement('unauthorize', unauthorizeSql, [input.resourceId, input.clientId, input.permissionIds], options))
     await client.query('COMMIT')
     client.release()
     return { ...targetOf(row), unknownPermissionIds: row.unknown_permission_ids, removed: Number(row.removed) }

@@ -11,6 +11,9 @@ const schema = {
     PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000 },
     DATABASE_URL: { type: 'string', pattern: '^postgres(ql)?://' },
     DATABASE_POOL_MAX: { type: 'integer', minimum: 1, maximum: 1000, default: 10 },
+    // Named prepared statements, planned once per connection. Turn off behind a PgBouncer in
+    // transaction mode older than 1.21 (or without max_prepared_statements).
+    DATABASE_PREPARED_STATEMENTS: { type: 'boolean', default: true },
     // Where migrations run, when DATABASE_URL goes through PgBouncer in transaction mode: the
     // migration lock is a session lock, so it needs a direct connection. Defaults to DATABASE_URL.
     MIGRATIONS_DATABASE_URL: { type: 'string', pattern: '^postgres(ql)?://' },
@@ -46,6 +49,7 @@ export interface Config {
   PORT: number
   DATABASE_URL?: string
   DATABASE_POOL_MAX: number
+  DATABASE_PREPARED_STATEMENTS: boolean
   MIGRATIONS_DATABASE_URL?: string
   JWT_SECRET?: string
   JWT_PUBLIC_KEY?: string

@@ -69,7 +69,9 @@ if (!binary) {
     DATABASE_URL: bouncerUrl.toString(),
     // The migration lock is a session lock: it needs a direct connection.
     MIGRATIONS_DATABASE_URL: directUrl.toString(),
-    DATABASE_POOL_MAX: '20'
+    DATABASE_POOL_MAX: '20',
+    // PgBouncer 1.18 (Debian 12) in transaction mode cannot keep named prepared statements.
+    DATABASE_PREPARED_STATEMENTS: 'false'
   })
   await seedDatabase(harness.app.db, ordersFixture())
 

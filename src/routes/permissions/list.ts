@@ -32,7 +32,7 @@ export default async function listPermissions (fastify: FastifyInstance) {
     const { limit, offset: page, sort_by: sortBy } = request.query
     const result = await listGrantedPermissions(fastify.db, {
       resourceId, clientId, limit, page, sort: parseSortBy(sortBy)
-    })
+    }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS })
     assertClientAuthorized(result, resourceId, clientId)
     reply.header('x-total-count', result.total)
     reply.header('link', pageLinks(collectionUrl(request, resourceId, clientId), { limit, page, sortBy, total: result.total }))

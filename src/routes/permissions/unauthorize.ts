@@ -15,7 +15,8 @@ export default async function unauthorize (fastify: FastifyInstance) {
     Body: Unauthorize['requestBody']['content']['application/json']
   }>(url, { schema, config: { scopes } }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
-    const result = await unauthorizePermissions(fastify.db, { resourceId, clientId, permissionIds: request.body })
+    const result = await unauthorizePermissions(fastify.db, { resourceId, clientId, permissionIds: request.body },
+      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS })
     assertClientAuthorized(result, resourceId, clientId)
     if (result.unknownPermissionIds.length > 0) throw problems.unknownPermissions(resourceId, result.unknownPermissionIds)
     request.log.info({ resourceId, clientId, removed: result.removed }, 'permissions unauthorized')
