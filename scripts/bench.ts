@@ -1,0 +1,352 @@
+// npm run bench: the service under load (autocannon, 50 connections, loopback) beside, in the same
+// run, its two ceilings: the HTTP ceiling (bare Fastify with the same schemas, answering from
+// memory) and the database ceiling (pgbench running the service's exact SQL, and the best SQL for
+// the request). Figures are ratios against those baselines. Writes a table to the terminal and
+// reports/bench/latest.json. Environment:
+//   DATABASE_URL   a PostgreSQL server to use (a database is created in it and dropped); else embedded
+//   BENCH_SCALES   grants in the database, comma-separated (default 10000,1000000,10000000)
+//   BENCH_SECONDS  seconds per measurement (default 5), after a 1 s warm-up
+import { spawn, type ChildProcess } from 'node:child_process'
+import { generateKeyPairSync, randomBytes } from 'node:crypto'
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { cpus, tmpdir, totalmem } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import autocannon from 'autocannon'
+import { createSigner } from 'fast-jwt'
+import pg from 'pg'
+import { freePort, givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
+import { migrateDatabase } from '../db/migrate.js'
+import { listGrantedPermissionsSql, STATEMENT_TIMEOUT_MS, unauthorizeSql } from '../db/queries.js'
+import { parseSortBy } from '../src/routes/permissions/list.js'
+import { projectRoot } from '../src/project-root.js'
+import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
+import type { CeilingPages } from './bench/http-ceiling.js'
+import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
+
+const CONNECTIONS = 50
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
+const SCALES = (process.env.BENCH_SCALES ?? '10000,1000000,10000000').split(',').map(Number)
+const DELETE_BATCH_SIZES = [50, 500]
+
+// ---------------------------------------------------------------------------------------------
+// Processes: PostgreSQL, the service (production build, logs at warn), the HTTP ceiling.
+
+const work = await mkdtemp(join(tmpdir(), 'client-permissions-bench-'))
+const server = await givenOrThrowawayPostgres(process.env.DATABASE_URL)
+const databaseName = `bench_${randomBytes(4).toString('hex')}`
+const admin = new pg.Pool({ connectionString: server.url, max: 1 })
+await admin.query(`CREATE DATABASE ${databaseName}`)
+const databaseUrl = Object.assign(new URL(server.url), { pathname: `/${databaseName}` }).toString()
+const db = new pg.Pool({ connectionString: databaseUrl, max: 2 })
+const children: ChildProcess[] = []
+
+async function cleanUp () {
+  for (const child of children) child.kill('SIGTERM')
+  await db.end().catch(() => {})
+  await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`).catch(() => {})
+  await admin.end().catch(() => {})
+  await server.stop()
+  await rm(work, { recursive: true, force: true })
+}
+process.once('SIGINT', () => { cleanUp().finally(() => process.exit(130)) })
+process.once('SIGTERM', () => { cleanUp().finally(() => process.exit(143)) })
+
+/** Starts `args` with node and resolves once `ready` answers 2xx. */
+async function startProcess (args: string[], env: Record<string, string>, ready: () => Promise<boolean>): Promise<ChildProcess> {
+  const child = spawn(process.execPath, args, { cwd: projectRoot, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
+  children.push(child)
+  for (let i = 0; i < 300; i++) {
+    if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited with ${child.exitCode}`)
+    if (await ready().catch(() => false)) return child
+    await sleep(100)
+  }
+  throw new Error(`${args.join(' ')} did not become ready`)
+}
+
+// Tokens as an identity provider issues them: RS256, verified with its public key.
+const keys = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
+const sign = createSigner({ key: keys.privateKey, algorithm: 'RS256', expiresIn: 3_600_000 })
+const bearer = (scope: string) => `Bearer ${sign({ scope, sub: 'bench' })}`
+
+let rssPeak = 0
+function watchRss (pid: number): NodeJS.Timeout {
+  return setInterval(() => {
+    readFile(`/proc/${pid}/status`, 'utf8').then((status) => {
+      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0)
+      rssPeak = Math.max(rssPeak, kb * 1024)
+    }, () => {})
+  }, 100)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measurements.
+
+interface Run { reqPerSec: number, p50: number, p99: number, errors: number, requests: number }
+
+async function load (options: autocannon.Options & { expect: number }): Promise<Run> {
+  await autocannon({ ...options, connections: CONNECTIONS, duration: 1 }) // warm-up: JIT, pools, caches
+  const result = await autocannon({ ...options, connections: CONNECTIONS, duration: SECONDS })
+  const unexpected = Object.entries(result.statusCodeStats ?? {})
+    .filter(([status]) => status !== String(options.expect))
+    .reduce((sum, [, { count = 0 }]) => sum + count, 0)
+  return {
+    reqPerSec: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors + result.timeouts + unexpected,
+    requests: result.requests.sent
+  }
+}
+
+const pgbenchBinary = findPgbench()
+if (!pgbenchBinary) console.warn('pgbench not found (Debian: apt-get install postgresql-client): the database ceiling is skipped.')
+
+async function databaseCeiling (sql: string, variables: Record<string, string>): Promise<number | undefined> {
+  if (!pgbenchBinary) return undefined
+  const script = `${withPgbenchVariables(sql)};\n`
+  await pgbench(pgbenchBinary, databaseUrl, script, { connections: CONNECTIONS, seconds: 1, variables, folder: work })
+  const result = await pgbench(pgbenchBinary, databaseUrl, script, { connections: CONNECTIONS, seconds: SECONDS, variables, folder: work })
+  if (result.failed > 0) throw new Error(`pgbench: ${result.failed} failed transactions`)
+  return result.tps
+}
+
+interface Row {
+  scenario: string
+  grants: number
+  service: Run
+  httpCeiling?: number
+  dbCeiling?: number
+  idealSqlCeiling?: number
+}
+const rows: Row[] = []
+
+// ---------------------------------------------------------------------------------------------
+// The scenarios.
+
+interface ListScenario { name: string, client: string, limit: number, page: (scale: Scale) => number, sortBy: string }
+const listScenarios: ListScenario[] = [
+  { name: 'GET page 0, limit 50', client: SMALL_CLIENT, limit: 50, page: () => 0, sortBy: 'name.asc' },
+  { name: 'GET deepest page, limit 500', client: BIG_CLIENT, limit: 500, page: (scale) => Math.ceil(scale.bigGrants / 500) - 1, sortBy: 'name.asc' },
+  { name: 'GET two-key sort_by', client: SMALL_CLIENT, limit: 50, page: () => 0, sortBy: 'description.desc,name.asc' }
+]
+
+const listPath = (client: string) => `/resources/${RESOURCE_ID}/authorized_clients/${client}/permissions`
+const search = (scenario: ListScenario, scale: Scale) =>
+  `?limit=${scenario.limit}&offset=${scenario.page(scale)}&sort_by=${scenario.sortBy}`
+
+/**
+ * The best statement for the request: the page from the one index that serves its order (read from
+ * the nearer end, as this statement knows where the page is), the total from the authorization.
+ */
+function idealListSql (scenario: ListScenario): string {
+  const keys = parseSortBy(scenario.sortBy)
+  const fromEnd = scenario.client === BIG_CLIENT
+  if (keys[0].property === 'description') {
+    return `SELECT a.grant_count, g.permission_id, g.permission_name, g.description
+      FROM authorizations a
+      LEFT JOIN LATERAL (SELECT g.permission_id, g.permission_name, p.description FROM grants g JOIN permissions p ON p.id = g.permission_id
+        WHERE g.resource_id = $1 AND g.client_id = $2 ORDER BY p.description DESC, g.permission_name ASC LIMIT $3) g ON true
+      WHERE a.resource_id = $1 AND a.client_id = $2`
+  }
+  return `SELECT a.grant_count, g.permission_id, g.permission_name,
+      (SELECT description FROM permissions p WHERE p.id = g.permission_id)
+    FROM authorizations a
+    LEFT JOIN LATERAL (SELECT permission_id, permission_name FROM grants
+      WHERE resource_id = $1 AND client_id = $2 ORDER BY permission_name ${fromEnd ? 'DESC' : 'ASC'}
+      LIMIT ${fromEnd ? 'a.grant_count - $3::bigint * $4::bigint' : '$3 OFFSET $3::bigint * $4::bigint'}) g ON true
+    WHERE a.resource_id = $1 AND a.client_id = $2`
+}
+
+const ceilingPages: CeilingPages = {}
+const service = { url: '', pid: 0 }
+const ceiling = { url: '' }
+const readHeaders = { authorization: bearer('read:resource') }
+const deleteHeaders = { authorization: bearer('delete:resource'), 'content-type': 'application/json' }
+
+async function measureList (scale: Scale): Promise<void> {
+  for (const scenario of listScenarios) {
+    const path = listPath(scenario.client) + search(scenario, scale)
+    const variables = { p1: RESOURCE_ID, p2: scenario.client, p3: String(scenario.limit), p4: String(scenario.page(scale)) }
+    const serviceRun = await load({ url: service.url + path, headers: readHeaders, expect: 200 })
+    const httpRun = await load({ url: ceiling.url + path, expect: 200 })
+    const dbCeiling = await databaseCeiling(listGrantedPermissionsSql(parseSortBy(scenario.sortBy)), variables)
+    const idealSqlCeiling = await databaseCeiling(idealListSql(scenario), variables)
+    rows.push({ scenario: scenario.name, grants: scale.grants, service: serviceRun, httpCeiling: httpRun.reqPerSec, dbCeiling, idealSqlCeiling })
+    printRow(rows.at(-1)!)
+  }
+}
+
+/** EXPLAIN (ANALYZE, BUFFERS) of each list statement as the service sends it, for the README. */
+async function explainList (scale: Scale): Promise<void> {
+  const sections: string[] = []
+  for (const scenario of listScenarios) {
+    const values = [RESOURCE_ID, scenario.client, scenario.limit, scenario.page(scale)]
+    const { rows } = await db.query(`EXPLAIN (ANALYZE, BUFFERS) ${listGrantedPermissionsSql(parseSortBy(scenario.sortBy))}`, values)
+    sections.push(`-- ${scenario.name} (${search(scenario, scale)}) at ${scale.grants} grants\n${rows.map((row) => row['QUERY PLAN']).join('\n')}`)
+  }
+  const folder = join(projectRoot, 'reports', 'bench')
+  await mkdir(folder, { recursive: true })
+  await writeFile(join(folder, 'explain.txt'), sections.join('\n\n') + '\n')
+}
+
+/** Filler clients hold perm (c·7919 + j) mod 10^5 for j < 1000: a batch is a slice of those. */
+function fillerBatch (client: number, batch: number, size: number): string[] {
+  return Array.from({ length: size }, (_, j) => `perm-${String((client * 7919 + batch * size + j) % 100_000).padStart(6, '0')}`)
+}
+
+async function measureDelete (scale: Scale): Promise<void> {
+  for (const size of DELETE_BATCH_SIZES) {
+    const batchesPerClient = Math.floor(1000 / size)
+    const available = scale.fillerClients * batchesPerClient
+    let next = 0
+    // Every request removes grants that exist: a new (client, batch) each time, never one twice.
+    const serviceRun = await load({
+      url: service.url,
+      method: 'DELETE',
+      headers: deleteHeaders,
+      expect: 204,
+      requests: [{
+        setupRequest: (request) => {
+          const n = next++ % available
+          const client = Math.floor(n / batchesPerClient) + 1
+          return { ...request, path: listPath(`filler-${client}`), body: JSON.stringify(fillerBatch(client, n % batchesPerClient, size)) }
+        }
+      }]
+    })
+    if (next > available) console.warn(`DELETE ${size}: ${next} requests for ${available} batches; later ones removed nothing`)
+    // Re-grant what was removed, so the next round (and scale) does real work again.
+    await db.query(`
+      INSERT INTO grants (resource_id, client_id, permission_id)
+      SELECT $1, 'filler-' || c, 'perm-' || lpad(((c * 7919 + j) % 100000)::text, 6, '0')
+      FROM generate_series(1, $2::int) AS c, generate_series(0, 999) AS j
+      ON CONFLICT DO NOTHING`, [RESOURCE_ID, Math.min(scale.fillerClients, Math.ceil(next / batchesPerClient))])
+    const body = JSON.stringify(fillerBatch(1, 0, size))
+    const httpRun = await load({ url: ceiling.url + listPath('filler-1'), method: 'DELETE', headers: { 'content-type': 'application/json' }, body, expect: 204 })
+    // In pgbench, each transaction deletes the same batch and rolls back: real work every time.
+    const variables = { p1: RESOURCE_ID, p2: 'filler-1', p3: `{${fillerBatch(1, 0, size).join(',')}}` }
+    const transaction = (statement: string) => `BEGIN;\nSET LOCAL statement_timeout = ${STATEMENT_TIMEOUT_MS};\n${withPgbenchVariables(statement)};\nROLLBACK;\n`
+    let dbCeiling: number | undefined
+    let idealSqlCeiling: number | undefined
+    if (pgbenchBinary) {
+      const run = async (statement: string) => (await pgbench(pgbenchBinary, databaseUrl, transaction(statement), {
+        connections: CONNECTIONS, seconds: SECONDS, variables, folder: work
+      })).tps
+      dbCeiling = await run(unauthorizeSql)
+      idealSqlCeiling = await run('DELETE FROM grants WHERE resource_id = $1 AND client_id = $2 AND permission_id = ANY ($3::text[])')
+    }
+    rows.push({ scenario: `DELETE ${size} ids`, grants: scale.grants, service: serviceRun, httpCeiling: httpRun.reqPerSec, dbCeiling, idealSqlCeiling })
+    printRow(rows.at(-1)!)
+  }
+}
+
+async function measureRejections (scale: Scale): Promise<void> {
+  const path = listPath(SMALL_CLIENT)
+  const httpRun = await load({ url: `${ceiling.url}/unauthorized`, expect: 401 })
+  for (const [scenario, headers, status] of [
+    ['GET without a token → 401', {}, 401],
+    ['GET without the scope → 403', { authorization: bearer('delete:resource') }, 403]
+  ] as const) {
+    const serviceRun = await load({ url: service.url + path, headers, expect: status })
+    rows.push({ scenario, grants: scale.grants, service: serviceRun, httpCeiling: httpRun.reqPerSec })
+    printRow(rows.at(-1)!)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output.
+
+const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
+const machineCeiling = (row: Row) => row.httpCeiling && row.idealSqlCeiling
+  ? 1 / (1 / row.httpCeiling + 1 / row.idealSqlCeiling)
+  : row.httpCeiling
+const columns = ['scenario', 'grants', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'HTTP ceil', 'DB (our SQL)', 'DB (best SQL)', 'ceiling', '÷HTTP', '÷DB', '÷ceiling']
+
+function cells (row: Row): string[] {
+  const ceilingValue = machineCeiling(row)
+  return [
+    row.scenario, row.grants.toExponential(0).replace('e+', 'e'), fixed(row.service.reqPerSec), fixed(row.service.p50, 1), fixed(row.service.p99, 1),
+    String(row.service.errors), fixed(row.httpCeiling), fixed(row.dbCeiling), fixed(row.idealSqlCeiling), fixed(ceilingValue),
+    row.httpCeiling ? fixed(row.service.reqPerSec / row.httpCeiling, 2) : '—',
+    row.idealSqlCeiling ? fixed(row.service.reqPerSec / row.idealSqlCeiling, 2) : '—',
+    ceilingValue ? fixed(row.service.reqPerSec / ceilingValue, 2) : '—'
+  ]
+}
+
+function printRow (row: Row) { console.log(cells(row).join(' | ')) }
+
+function markdownTable (): string {
+  return [`| ${columns.join(' | ')} |`, `|${columns.map(() => '---').join('|')}|`, ...rows.map((row) => `| ${cells(row).join(' | ')} |`)].join('\n')
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run.
+
+try {
+  console.log(`${cpus().length} × ${cpus()[0]?.model}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}; ` +
+    `${CONNECTIONS} connections, ${SECONDS} s per measurement`)
+  await migrateDatabase(db)
+  console.log('building the service (tsc)…')
+  await new Promise<void>((resolve, reject) => {
+    spawn(process.execPath, [join(projectRoot, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json'], { cwd: projectRoot, stdio: 'inherit' })
+      .on('exit', (code) => code === 0 ? resolve() : reject(new Error(`tsc exited with ${code}`)))
+  })
+  const servicePort = await freePort()
+  service.url = `http://127.0.0.1:${servicePort}`
+  const serviceProcess = await startProcess(['dist/src/server.js'], {
+    NODE_ENV: 'production',
+    DATABASE_URL: databaseUrl,
+    JWT_PUBLIC_KEY: keys.publicKey,
+    LOG_LEVEL: 'warn',
+    HOST: '127.0.0.1',
+    PORT: String(servicePort)
+  }, async () => (await fetch(`${service.url}/readyz`)).ok)
+  service.pid = serviceProcess.pid!
+  const rssTimer = watchRss(service.pid)
+
+  console.log(columns.join(' | '))
+  let scale: Scale | undefined
+  for (const grants of SCALES) {
+    const started = Date.now()
+    scale = await loadScale(db, grants)
+    console.error(`# ${scale.grants} grants loaded in ${((Date.now() - started) / 1000).toFixed(0)} s (big client: ${scale.bigGrants})`)
+    // The HTTP ceiling answers the same pages, read once from the service itself.
+    for (const scenario of listScenarios) {
+      const url = service.url + listPath(scenario.client) + search(scenario, scale)
+      const res = await fetch(url, { headers: readHeaders })
+      ceilingPages[search(scenario, scale)] = { body: await res.json(), total: Number(res.headers.get('x-total-count')), link: res.headers.get('link') ?? '' }
+    }
+    const pagesFile = join(work, 'pages.json')
+    await writeFile(pagesFile, JSON.stringify(ceilingPages))
+    const ceilingProcess = spawn(process.execPath, ['--import', 'tsx', 'scripts/bench/http-ceiling.ts', pagesFile], { cwd: projectRoot, stdio: ['ignore', 'pipe', 'inherit'] })
+    children.push(ceilingProcess)
+    const [port] = await Promise.race([
+      new Promise<string[]>((resolve) => ceilingProcess.stdout!.once('data', (chunk: Buffer) => resolve([chunk.toString().trim()]))),
+      sleep(30_000).then(() => { throw new Error('the HTTP ceiling did not start') })
+    ])
+    ceiling.url = `http://127.0.0.1:${port}`
+    await measureList(scale)
+    if (grants === SCALES.at(-1)) await explainList(scale)
+    if (grants === SCALES.at(-1)) {
+      await measureDelete(scale)
+      await measureRejections(scale)
+    }
+    ceilingProcess.kill('SIGTERM')
+  }
+  clearInterval(rssTimer)
+
+  const report = {
+    date: new Date().toISOString(),
+    machine: { cpus: cpus().length, model: cpus()[0]?.model, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
+    connections: CONNECTIONS,
+    secondsPerMeasurement: SECONDS,
+    serviceRssPeakMiB: Math.round(rssPeak / 2 ** 20),
+    rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) }))
+  }
+  const folder = join(projectRoot, 'reports', 'bench')
+  await mkdir(folder, { recursive: true })
+  await writeFile(join(folder, 'latest.json'), JSON.stringify(report, null, 2))
+  console.log(`\n${markdownTable()}\n\nservice RSS peak: ${report.serviceRssPeakMiB} MiB. JSON: reports/bench/latest.json`)
+} finally {
+  await cleanUp()
+}
