@@ -26,6 +26,14 @@ ALTER TABLE grants
 CREATE FUNCTION name_granted_permission() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   SELECT name INTO NEW.permission_name FROM permissions WHERE resource_id = NEW.resource_id AND id = NEW.permission_id;
+  IF NEW.permission_name IS NULL THEN
+    -- The key's own error, naming the missing permission (MATCH FULL would only say "null").
+    RAISE foreign_key_violation USING
+      CONSTRAINT = 'grant_of_resource_permission',
+      TABLE = 'grants',
+      MESSAGE = 'insert or update on table "grants" violates foreign key constraint "grant_of_resource_permission"',
+      DETAIL = format('Key (resource_id, permission_id)=(%s, %s) is not present in table "permissions".', NEW.resource_id, NEW.permission_id);
+  END IF;
   RETURN NEW;
 END $$;
 
