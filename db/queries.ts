@@ -60,7 +60,7 @@ const reversed: Record<SortDirection, SortDirection> = { asc: 'desc', desc: 'asc
  * grants on a resource (the id, or the name: unique per resource), then the id if none was.
  * Keys after a unique one could never matter, and leaving them out lets an index serve the order.
  */
-export function decidingKeys (sort: SortKey[]): SortKey[] {
+function decidingKeys (sort: SortKey[]): SortKey[] {
   const uniqueAt = sort.findIndex(({ property }) => property !== 'description')
   return uniqueAt === -1 ? [...sort, { property: 'id', direction: 'asc' }] : sort.slice(0, uniqueAt + 1)
 }
@@ -124,15 +124,29 @@ export function listGrantedPermissionsSql (sort: SortKey[]): string {
     ORDER BY ${orderBy(keys, pageColumns)}`
 }
 
+// One statement per order that decides differently, built once: a bounded set (sort_by has three
+// properties, each kept once).
+const listStatements = new Map<string, { name: string, text: string }>()
+
+function listStatement (sort: SortKey[]): { name: string, text: string } {
+  const keys = decidingKeys(sort)
+  const name = `list ${keys.map(({ property, direction }) => `${property}.${direction}`).join(',')}`
+  let known = listStatements.get(name)
+  if (!known) {
+    known = { name, text: listGrantedPermissionsSql(keys) }
+    listStatements.set(name, known)
+  }
+  return known
+}
+
 /**
  * One page of the permissions granted to a client on a resource, the total across pages and the
  * target's existence, in one round trip. An empty page still yields one row, carrying the totals.
  */
 export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput, options: StatementOptions = {}): Promise<PermissionPage> {
-  // One statement per order that decides differently: a bounded set (sort_by has three properties).
-  const name = `list ${decidingKeys(input.sort).map(({ property, direction }) => `${property}.${direction}`).join(',')}`
+  const { name, text } = listStatement(input.sort)
   const { rows } = await db.query<TargetRow & { total: string, id: string | null, name: string, description: string | null }>(
-    statement(name, listGrantedPermissionsSql(input.sort), [input.resourceId, input.clientId, input.limit, input.page], options))
+    statement(name, text, [input.resourceId, input.clientId, input.limit, input.page], options))
   const first = rows[0]
   const permissions: Permission[] = []
   for (const row of rows) {

@@ -20,7 +20,7 @@ import { migrateDatabase } from '../db/migrate.js'
 import { listGrantedPermissionsSql, STATEMENT_TIMEOUT_MS, unauthorizeSql } from '../db/queries.js'
 import { parseSortBy } from '../src/routes/permissions/list.js'
 import { projectRoot } from '../src/project-root.js'
-import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
+import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
 import type { CeilingPages } from './bench/http-ceiling.js'
 import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
 
@@ -190,9 +190,9 @@ async function explainList (scale: Scale): Promise<void> {
   await writeFile(join(folder, 'explain.txt'), sections.join('\n\n') + '\n')
 }
 
-/** Filler clients hold perm (c·7919 + j) mod 10^5 for j < 1000: a batch is a slice of those. */
+/** A slice of the permissions a filler client holds. */
 function fillerBatch (client: number, batch: number, size: number): string[] {
-  return Array.from({ length: size }, (_, j) => `perm-${String((client * 7919 + batch * size + j) % 100_000).padStart(6, '0')}`)
+  return Array.from({ length: size }, (_, j) => fillerPermissionId(client, batch * size + j))
 }
 
 async function measureDelete (scale: Scale): Promise<void> {
@@ -216,11 +216,7 @@ async function measureDelete (scale: Scale): Promise<void> {
     })
     if (next > available) console.warn(`DELETE ${size}: ${next} requests for ${available} batches; later ones removed nothing`)
     // Re-grant what was removed, so the next round (and scale) does real work again.
-    await db.query(`
-      INSERT INTO grants (resource_id, client_id, permission_id)
-      SELECT $1, 'filler-' || c, 'perm-' || lpad(((c * 7919 + j) % 100000)::text, 6, '0')
-      FROM generate_series(1, $2::int) AS c, generate_series(0, 999) AS j
-      ON CONFLICT DO NOTHING`, [RESOURCE_ID, Math.min(scale.fillerClients, Math.ceil(next / batchesPerClient))])
+    await grantFillers(db, 1, Math.min(scale.fillerClients, Math.ceil(next / batchesPerClient)))
     const body = JSON.stringify(fillerBatch(1, 0, size))
     const httpRun = await load({ url: ceiling.url + listPath('filler-1'), method: 'DELETE', headers: { 'content-type': 'application/json' }, body, expect: 204 })
     // In pgbench, each transaction picks a random filler client, deletes a batch it holds and

@@ -33,6 +33,23 @@ async function grantRange (db: pg.Pool, clientId: string, from: number, to: numb
     ON CONFLICT DO NOTHING`, [RESOURCE_ID, clientId, from, to, start, stride])
 }
 
+/** Filler client c holds permissions (c·7919 + j) mod 10^5 for j < 1,000. */
+export function fillerPermissionId (client: number, j: number): string {
+  return `perm-${String((client * 7919 + j) % PERMISSIONS).padStart(6, '0')}`
+}
+
+/** Grants filler clients first…last all their permissions (again: grants they hold are kept). */
+export async function grantFillers (db: pg.Pool, first: number, last: number): Promise<void> {
+  for (let client = first; client <= last; client += 100) {
+    // 100 clients (10^5 grants) per statement: one transaction per batch keeps the WAL in check.
+    await db.query(`
+      INSERT INTO grants (resource_id, client_id, permission_id, permission_name)
+      SELECT $1, 'filler-' || c, ${permissionId('(c * 7919 + j) % ' + PERMISSIONS)}, ${permissionName('(c * 7919 + j) % ' + PERMISSIONS)}
+      FROM generate_series($2::int, $3::int) AS c, generate_series(0, ${FILLER_GRANTS - 1}) AS j
+      ON CONFLICT DO NOTHING`, [RESOURCE_ID, client, Math.min(client + 99, last)])
+  }
+}
+
 /** Brings the database to `grants` grants (it may hold a smaller scale already). */
 export async function loadScale (db: pg.Pool, grants: number): Promise<Scale> {
   const scale = scaleOf(grants)
@@ -55,14 +72,7 @@ export async function loadScale (db: pg.Pool, grants: number): Promise<Scale> {
   await grantRange(db, BIG_CLIENT, 0, scale.bigGrants)
   const { rows: [{ have }] } = await db.query<{ have: number }>(
     "SELECT count(*)::int AS have FROM authorizations WHERE client_id LIKE 'filler-%' AND grant_count > 0")
-  for (let client = have + 1; client <= scale.fillerClients; client += 100) {
-    // 100 clients (10^5 grants) per statement: one transaction per batch keeps the WAL in check.
-    await db.query(`
-      INSERT INTO grants (resource_id, client_id, permission_id, permission_name)
-      SELECT $1, 'filler-' || c, ${permissionId('(c * 7919 + j) % ' + PERMISSIONS)}, ${permissionName('(c * 7919 + j) % ' + PERMISSIONS)}
-      FROM generate_series($2::int, $3::int) AS c, generate_series(0, ${FILLER_GRANTS - 1}) AS j
-      ON CONFLICT DO NOTHING`, [RESOURCE_ID, client, Math.min(client + 99, scale.fillerClients)])
-  }
+  await grantFillers(db, have + 1, scale.fillerClients)
   await db.query('VACUUM (ANALYZE) grants')
   await db.query('VACUUM (ANALYZE) permissions')
   await db.query('VACUUM (ANALYZE) authorizations')
