@@ -64,7 +64,8 @@ t.test('no Authorization header → 401, WWW-Authenticate "Bearer" without error
 })
 
 t.test('a non-Bearer scheme (Basic, Digest, Token) → 401 missing-credentials without error', async (t) => {
-  const headers = ['Basic dXNlcjpwYXNz', 'Basic xxx', 'Digest username="a"', `Token ${readToken()}`, `Bearerx${readToken()}`]
+  const headers = ['Basic dXNlcjpwYXNz', 'Basic xxx', 'Digest username="a"', `Token ${readToken()}`, `Bearerx${readToken()}`,
+    `NotBearer ${readToken()}`]
   for (const authorization of headers) isMissingCredentials(t, await get({ authorization }), authorization.slice(0, 12))
 })
 
@@ -94,8 +95,8 @@ t.test('authenticated but out of scope with an invalid query or body → 403 bef
   isInsufficientScope(t, res, 'delete:resource', 'text/plain DELETE with a read token')
 })
 
-t.test('the Bearer scheme is case-insensitive (bearer, BEARER, BeArEr) → 200', async (t) => {
-  for (const scheme of ['Bearer', 'bearer', 'BEARER', 'BeArEr']) {
+t.test('the Bearer scheme is case-insensitive (bearer, BEARER, BeArEr), then one or more spaces (RFC 6750 §2.1) → 200', async (t) => {
+  for (const scheme of ['Bearer', 'bearer', 'BEARER', 'BeArEr', 'Bearer  ']) {
     const res = await get({ authorization: `${scheme} ${readToken()}` })
     t.equal(res.status, 200, scheme)
     t.equal(res.headers.get('x-total-count'), '10', scheme)
