@@ -27,7 +27,7 @@ export interface PgbenchResult { tps: number, latencyMs: number, failed: number 
 
 /**
  * Runs `script` (pgbench syntax: :name for variables, given in `variables`) over `connections`
- * connections for `seconds`, as prepared statements like the service's driver sends them.
+ * connections for `seconds`, as prepared statements on their generic plans, as the service runs them.
  */
 export async function pgbench (binary: string, databaseUrl: string, script: string, options: {
   connections: number, seconds: number, variables: Record<string, string>, folder: string
@@ -38,7 +38,11 @@ export async function pgbench (binary: string, databaseUrl: string, script: stri
   const { stdout } = await run(binary, [
     '-n', '-M', 'prepared', '-c', String(options.connections), '-j', '2', '-T', String(options.seconds),
     '-f', file, ...variables, databaseUrl
-  ], { maxBuffer: 16 * 1024 * 1024 }).catch((error: { stderr?: string }) => {
+  ], {
+    maxBuffer: 16 * 1024 * 1024,
+    // Planned like the service plans its prepared statements (plugins/db.ts).
+    env: { ...process.env, PGOPTIONS: '-c plan_cache_mode=force_generic_plan' }
+  }).catch((error: { stderr?: string }) => {
     throw new Error(`pgbench failed: ${error.stderr?.split('\n').find((line) => line.includes('ERROR')) ?? error.stderr}`)
   })
   const number = (pattern: RegExp) => Number(pattern.exec(stdout)?.[1] ?? NaN)

@@ -264,3 +264,20 @@ t.test('HEAD needs the same token as GET', async (t) => {
   t.equal(res.status, 200)
   t.equal(res.headers.get('x-total-count'), '10')
 })
+
+t.test('list statements are prepared and planned once per connection, never re-planned per request', async (t) => {
+  for (let i = 0; i < 8; i++) t.equal((await list('?limit=2&offset=1')).status, 200)
+  // Requests one after another reuse one pooled connection; its statements are visible from it.
+  const client = await harness.app.db.connect()
+  try {
+    const { rows } = await client.query<{ name: string, generic_plans: string, custom_plans: string }>(
+      "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE name LIKE 'list %'")
+    t.ok(rows.length > 0, 'the list statement is a named prepared statement')
+    for (const row of rows) {
+      t.equal(row.custom_plans, '0', `${row.name}: no plan made for one request's values`)
+      t.ok(Number(row.generic_plans) > 0, `${row.name}: runs on its generic plan`)
+    }
+  } finally {
+    client.release()
+  }
+})
