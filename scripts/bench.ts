@@ -6,9 +6,13 @@
 //   DATABASE_URL   a PostgreSQL server to use (a database is created in it and dropped); else embedded
 //   BENCH_SCALES   grants in the database, comma-separated (default 10000,1000000,10000000)
 //   BENCH_SECONDS  seconds per measurement (default 5), after a 1 s warm-up
+//   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0")
+//   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
+//                  written to reports/bench/ (service.cpuprofile, profile.txt)
 import { spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
 import { generateKeyPairSync, randomBytes } from 'node:crypto'
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -23,11 +27,16 @@ import { projectRoot } from '../src/project-root.js'
 import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
 import type { CeilingPages } from './bench/http-ceiling.js'
 import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
+import { summarizeProfile } from './bench/profile.js'
 
 const CONNECTIONS = 50
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
 const SCALES = (process.env.BENCH_SCALES ?? '10000,1000000,10000000').split(',').map(Number)
 const DELETE_BATCH_SIZES = [50, 500]
+const ONLY = process.env.BENCH_ONLY ?? ''
+const PROFILE = Boolean(process.env.BENCH_PROFILE)
+const selected = (scenario: string) => scenario.includes(ONLY)
+const reportFolder = join(projectRoot, 'reports', 'bench')
 
 // ---------------------------------------------------------------------------------------------
 // Processes: PostgreSQL, the service (production build, logs at warn), the HTTP ceiling.
@@ -41,8 +50,16 @@ const databaseUrl = Object.assign(new URL(server.url), { pathname: `/${databaseN
 const db = new pg.Pool({ connectionString: databaseUrl, max: 2 })
 const children: ChildProcess[] = []
 
+/** SIGTERM, then the exit (a profiled service writes its profile on the way out). */
+async function stopProcess (child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  const exited = once(child, 'exit')
+  child.kill('SIGTERM')
+  await Promise.race([exited, sleep(15_000)])
+}
+
 async function cleanUp () {
-  for (const child of children) child.kill('SIGTERM')
+  await Promise.all(children.map(stopProcess))
   await db.end().catch(() => {})
   await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`).catch(() => {})
   await admin.end().catch(() => {})
@@ -165,7 +182,7 @@ const readHeaders = { authorization: bearer('read:resource') }
 const deleteHeaders = { authorization: bearer('delete:resource'), 'content-type': 'application/json' }
 
 async function measureList (scale: Scale): Promise<void> {
-  for (const scenario of listScenarios) {
+  for (const scenario of listScenarios.filter(({ name }) => selected(name))) {
     const path = listPath(scenario.client) + search(scenario, scale)
     const variables = { p1: RESOURCE_ID, p2: scenario.client, p3: String(scenario.limit), p4: String(scenario.page(scale)) }
     const serviceRun = await load({ url: service.url + path, headers: readHeaders, expect: 200 })
@@ -185,9 +202,8 @@ async function explainList (scale: Scale): Promise<void> {
     const { rows } = await db.query(`EXPLAIN (ANALYZE, BUFFERS) ${listGrantedPermissionsSql(parseSortBy(scenario.sortBy))}`, values)
     sections.push(`-- ${scenario.name} (${search(scenario, scale)}) at ${scale.grants} grants\n${rows.map((row) => row['QUERY PLAN']).join('\n')}`)
   }
-  const folder = join(projectRoot, 'reports', 'bench')
-  await mkdir(folder, { recursive: true })
-  await writeFile(join(folder, 'explain.txt'), sections.join('\n\n') + '\n')
+  await mkdir(reportFolder, { recursive: true })
+  await writeFile(join(reportFolder, 'explain.txt'), sections.join('\n\n') + '\n')
 }
 
 /** A slice of the permissions a filler client holds. */
@@ -196,7 +212,7 @@ function fillerBatch (client: number, batch: number, size: number): string[] {
 }
 
 async function measureDelete (scale: Scale): Promise<void> {
-  for (const size of DELETE_BATCH_SIZES) {
+  for (const size of DELETE_BATCH_SIZES.filter((size) => selected(`DELETE ${size} ids`))) {
     const batchesPerClient = Math.floor(1000 / size)
     const available = scale.fillerClients * batchesPerClient
     let next = 0
@@ -251,6 +267,7 @@ async function measureRejections (scale: Scale): Promise<void> {
     ['GET without a token → 401', {}, 401],
     ['GET without the scope → 403', { authorization: bearer('delete:resource') }, 403]
   ] as const) {
+    if (!selected(scenario)) continue
     const serviceRun = await load({ url: service.url + path, headers, expect: status })
     rows.push({ scenario, grants: scale.grants, service: serviceRun, httpCeiling: httpRun.reqPerSec })
     printRow(rows.at(-1)!)
@@ -297,7 +314,8 @@ try {
   })
   const servicePort = await freePort()
   service.url = `http://127.0.0.1:${servicePort}`
-  const serviceProcess = await startProcess(['dist/src/server.js'], {
+  const profileArgs = PROFILE ? ['--cpu-prof', '--cpu-prof-dir', join(work, 'profile')] : []
+  const serviceProcess = await startProcess([...profileArgs, 'dist/src/server.js'], {
     NODE_ENV: 'production',
     DATABASE_URL: databaseUrl,
     JWT_PUBLIC_KEY: keys.publicKey,
@@ -335,7 +353,7 @@ try {
       await measureDelete(scale)
       await measureRejections(scale)
     }
-    ceilingProcess.kill('SIGTERM')
+    await stopProcess(ceilingProcess)
   }
   clearInterval(rssTimer)
 
@@ -347,10 +365,17 @@ try {
     serviceRssPeakMiB: Math.round(rssPeak / 2 ** 20),
     rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) }))
   }
-  const folder = join(projectRoot, 'reports', 'bench')
-  await mkdir(folder, { recursive: true })
-  await writeFile(join(folder, 'latest.json'), JSON.stringify(report, null, 2))
+  await mkdir(reportFolder, { recursive: true })
+  await writeFile(join(reportFolder, 'latest.json'), JSON.stringify(report, null, 2))
   console.log(`\n${markdownTable()}\n\nservice RSS peak: ${report.serviceRssPeakMiB} MiB. JSON: reports/bench/latest.json`)
+  if (PROFILE) {
+    await stopProcess(serviceProcess)
+    const [written] = await readdir(join(work, 'profile'))
+    await copyFile(join(work, 'profile', written), join(reportFolder, 'service.cpuprofile'))
+    const summary = await summarizeProfile(join(reportFolder, 'service.cpuprofile'))
+    await writeFile(join(reportFolder, 'profile.txt'), summary + '\n')
+    console.log(`\n${summary}\n\nprofile: reports/bench/service.cpuprofile (Chrome DevTools, speedscope), summary: reports/bench/profile.txt`)
+  }
 } finally {
   await cleanUp()
 }
