@@ -2,7 +2,7 @@
 // Builds a throwaway embedded cluster (or uses DATABASE_URL, which it fills: use an empty database),
 // generates GRANTS grants (default 1,000,000) inside PostgreSQL with generate_series — the same
 // data as npm run bench (scripts/bench/data.ts) — and prints EXPLAIN (ANALYZE, BUFFERS) of each
-// statement as the service runs it.
+// statement as the service runs it (prepared, generic plan).
 import pg from 'pg'
 import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
@@ -28,8 +28,16 @@ try {
   console.log(`-- ${scale.grants} grants generated in ${((Date.now() - started) / 1000).toFixed(1)} s` +
     ` (a client with 1,000, one with ${scale.bigGrants})\n`)
 
+  // As the service runs them: prepared, on their generic plan (plugins/db.ts); one connection.
+  await pool.query('SET plan_cache_mode = force_generic_plan')
   const explain = async (title: string, sql: string, values: unknown[]) => {
-    const { rows } = await pool.query(`EXPLAIN (ANALYZE, BUFFERS) ${sql}`, values)
+    await pool.query(`PREPARE explained AS ${sql}`)
+    // EXECUTE takes no bound parameters: the values are written out as literals.
+    const literal = (value: unknown): string => Array.isArray(value)
+      ? `ARRAY[${value.map(literal).join(', ')}]`
+      : typeof value === 'number' ? String(value) : `'${String(value).replaceAll("'", "''")}'`
+    const { rows } = await pool.query(`EXPLAIN (ANALYZE, BUFFERS) EXECUTE explained (${values.map(literal).join(', ')})`)
+    await pool.query('DEALLOCATE explained')
     console.log(`-- ${title}\n${rows.map((row) => row['QUERY PLAN']).join('\n')}\n`)
   }
   const list = (sortBy: string) => listGrantedPermissionsSql(parseSortBy(sortBy))

@@ -5,6 +5,7 @@ import { readFile } from 'node:fs/promises'
 interface ProfileNode {
   id: number
   callFrame: { functionName: string, url: string, lineNumber: number }
+  children?: number[]
 }
 interface CpuProfile { nodes: ProfileNode[], samples: number[], timeDeltas: number[] }
 
@@ -31,7 +32,21 @@ function table (title: string, totals: Map<string, number>, all: number, top: nu
 /** A text summary of the profile in `file`: the top owners and functions by self time. */
 export async function summarizeProfile (file: string, top = 25): Promise<string> {
   const profile = JSON.parse(await readFile(file, 'utf8')) as CpuProfile
-  const frames = new Map(profile.nodes.map((node) => [node.id, node.callFrame]))
+  const parents = new Map<number, number>()
+  for (const node of profile.nodes) for (const child of node.children ?? []) parents.set(child, node.id)
+  const nodes = new Map(profile.nodes.map((node) => [node.id, node]))
+  // A native function (a system call such as writev) is named after the package that called it
+  // through Node's streams: "writev ← pg" is the driver writing to PostgreSQL.
+  const caller = (id: number): string => {
+    for (let at = parents.get(id); at !== undefined; at = parents.get(at)) {
+      const owner = ownerOf(nodes.get(at)!.callFrame)
+      if (!owner.startsWith('node:') && nodes.get(at)!.callFrame.url) return owner
+    }
+    return '?'
+  }
+  const frames = new Map(profile.nodes.map((node) => [node.id, !node.callFrame.url && !node.callFrame.functionName.startsWith('(')
+    ? { ...node.callFrame, functionName: `${node.callFrame.functionName} ← ${caller(node.id)}` }
+    : node.callFrame]))
   const byOwner = new Map<string, number>()
   const byFunction = new Map<string, number>()
   let all = 0
@@ -42,7 +57,7 @@ export async function summarizeProfile (file: string, top = 25): Promise<string>
     all += micros
     const owner = ownerOf(frame)
     byOwner.set(owner, (byOwner.get(owner) ?? 0) + micros)
-    const name = `${frame.functionName || '(anonymous)'} ${owner}:${frame.lineNumber + 1}`
+    const name = frame.url ? `${frame.functionName || '(anonymous)'} ${owner}:${frame.lineNumber + 1}` : owner
     byFunction.set(name, (byFunction.get(name) ?? 0) + micros)
   })
   return [
