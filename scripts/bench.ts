@@ -25,6 +25,7 @@ import { listGrantedPermissionsSql, STATEMENT_TIMEOUT_MS, unauthorizeSql } from 
 import { parseSortBy } from '../src/routes/permissions/list.js'
 import { projectRoot } from '../src/project-root.js'
 import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
+import { explainPrepared } from './bench/explain.js'
 import type { CeilingPages } from './bench/http-ceiling.js'
 import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
 import { summarizeProfile } from './bench/profile.js'
@@ -194,13 +195,13 @@ async function measureList (scale: Scale): Promise<void> {
   }
 }
 
-/** EXPLAIN (ANALYZE, BUFFERS) of each list statement as the service sends it, for the README. */
+/** EXPLAIN (ANALYZE, BUFFERS) of each list statement as the service runs it, for the README. */
 async function explainList (scale: Scale): Promise<void> {
   const sections: string[] = []
   for (const scenario of listScenarios) {
     const values = [RESOURCE_ID, scenario.client, scenario.limit, scenario.page(scale)]
-    const { rows } = await db.query(`EXPLAIN (ANALYZE, BUFFERS) ${listGrantedPermissionsSql(parseSortBy(scenario.sortBy))}`, values)
-    sections.push(`-- ${scenario.name} (${search(scenario, scale)}) at ${scale.grants} grants\n${rows.map((row) => row['QUERY PLAN']).join('\n')}`)
+    const plan = await explainPrepared(db, listGrantedPermissionsSql(parseSortBy(scenario.sortBy)), values)
+    sections.push(`-- ${scenario.name} (${search(scenario, scale)}) at ${scale.grants} grants\n${plan}`)
   }
   await mkdir(reportFolder, { recursive: true })
   await writeFile(join(reportFolder, 'explain.txt'), sections.join('\n\n') + '\n')

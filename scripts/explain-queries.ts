@@ -9,6 +9,7 @@ import { migrateDatabase } from '../db/migrate.js'
 import { listGrantedPermissionsSql, unauthorizeSql } from '../db/queries.js'
 import { parseSortBy } from '../src/routes/permissions/list.js'
 import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT } from './bench/data.js'
+import { explainPrepared } from './bench/explain.js'
 
 const total = Number(process.argv[2] ?? 1_000_000)
 if (!Number.isInteger(total) || total < 2_000) {
@@ -28,17 +29,8 @@ try {
   console.log(`-- ${scale.grants} grants generated in ${((Date.now() - started) / 1000).toFixed(1)} s` +
     ` (a client with 1,000, one with ${scale.bigGrants})\n`)
 
-  // As the service runs them: prepared, on their generic plan (plugins/db.ts); one connection.
-  await pool.query('SET plan_cache_mode = force_generic_plan')
   const explain = async (title: string, sql: string, values: unknown[]) => {
-    await pool.query(`PREPARE explained AS ${sql}`)
-    // EXECUTE takes no bound parameters: the values are written out as literals.
-    const literal = (value: unknown): string => Array.isArray(value)
-      ? `ARRAY[${value.map(literal).join(', ')}]`
-      : typeof value === 'number' ? String(value) : `'${String(value).replaceAll("'", "''")}'`
-    const { rows } = await pool.query(`EXPLAIN (ANALYZE, BUFFERS) EXECUTE explained (${values.map(literal).join(', ')})`)
-    await pool.query('DEALLOCATE explained')
-    console.log(`-- ${title}\n${rows.map((row) => row['QUERY PLAN']).join('\n')}\n`)
+    console.log(`-- ${title}\n${await explainPrepared(pool, sql, values)}\n`)
   }
   const list = (sortBy: string) => listGrantedPermissionsSql(parseSortBy(sortBy))
   await explain('GET page 0, limit 50, sort_by=name.asc; client with 1,000 grants', list('name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
