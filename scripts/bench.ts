@@ -213,6 +213,10 @@ function fillerBatch (client: number, batch: number, size: number): string[] {
 }
 
 async function measureDelete (scale: Scale): Promise<void> {
+  if (scale.fillerClients === 0) {
+    console.warn(`DELETE skipped: at ${scale.grants} grants there are no filler clients to delete from (there are from 102,000 on)`)
+    return
+  }
   for (const size of DELETE_BATCH_SIZES.filter((size) => selected(`DELETE ${size} ids`))) {
     const batchesPerClient = Math.floor(1000 / size)
     const available = scale.fillerClients * batchesPerClient
