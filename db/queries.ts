@@ -9,12 +9,16 @@ export type Queryable = Pick<pg.Pool | pg.PoolClient, 'query'>
  * (a list statement takes longer to plan than to run), or unnamed, for poolers that cannot keep
  * them (PgBouncer in transaction mode before 1.21).
  */
-export interface StatementOptions { prepared?: boolean }
+export interface StatementOptions {
+  prepared?: boolean
+  /** The DELETE's server-side bound, set in its own transaction (so it holds behind a pooler too). */
+  statementTimeoutMs?: number
+}
 
 const statement = (name: string, text: string, values: unknown[], { prepared = true }: StatementOptions) =>
   prepared ? { name, text, values } : { text, values }
 
-/** Server-side bound on the DELETE statement; its expiry answers 503 like an outage. */
+/** Default server-side bound on a statement (DATABASE_STATEMENT_TIMEOUT_MS). */
 export const STATEMENT_TIMEOUT_MS = 5_000
 
 export type SortProperty = 'id' | 'name' | 'description'
@@ -207,7 +211,8 @@ export async function unauthorizePermissions (pool: pg.Pool, input: UnauthorizeI
   try {
     // One round trip; the timeout is transaction-scoped, so nothing leaks to the next user of a
     // pooled server connection.
-    await client.query(`BEGIN; SET LOCAL statement_timeout = ${STATEMENT_TIMEOUT_MS}`)
+    const timeout = Math.trunc(options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS)
+    await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}`)
     const { rows: [row] } = await client.query<TargetRow & { unknown_permission_ids: string[], removed: string }>(
       statement('unauthorize', unauthorizeSql, [input.resourceId, input.clientId, input.permissionIds], options))
     await client.query('COMMIT')

@@ -1,46 +1,61 @@
-// A pg Pool as `fastify.db`, migrated before the server takes requests and closed with the server.
-// https://node-postgres.com/apis/pool
+// The database as `fastify.db` (a pg Pool that tells overload from an outage, db/pool.ts),
+// migrated before the server takes requests, and `fastify.checkDatabase()` for readiness, on a
+// connection of its own so that it never queues behind API traffic. Both close with the server.
+import { performance } from 'node:perf_hooks'
 import fp from 'fastify-plugin'
-import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
+import { DatabasePool } from '../db/pool.js'
+import { ping } from '../db/queries.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    db: pg.Pool
+    db: DatabasePool
+    /** Resolves when the database answers, within READINESS_TIMEOUT_MS; rejects when it does not. */
+    checkDatabase: () => Promise<void>
   }
 }
 
-// Bounds that turn a database that is down, black-holed or stuck into a 503 within seconds
-// instead of a hung request. They are client-side because PgBouncer refuses startup parameters
-// such as statement_timeout; the DELETE also sets one on the server (db/queries.ts).
-const CONNECT_TIMEOUT_MS = 5_000
-const QUERY_TIMEOUT_MS = 10_000
-
 export default fp(async function db (fastify) {
-  const { DATABASE_URL, DATABASE_POOL_MAX, DATABASE_PREPARED_STATEMENTS, MIGRATIONS_DATABASE_URL } = fastify.config
+  const { config } = fastify
+  const { DATABASE_URL, MIGRATIONS_DATABASE_URL } = config
   if (!DATABASE_URL) throw new Error('DATABASE_URL is required')
-  const pool = new pg.Pool({
+  // Sent with each new connection; behind a transaction pooler they belong on the role (README).
+  const settings = config.DATABASE_POOLER === 'transaction'
+    ? {}
+    : {
+        statement_timeout: config.DATABASE_STATEMENT_TIMEOUT_MS,
+        // A prepared statement is planned anew on every execution while PostgreSQL estimates its
+        // generic plan (LIMIT and OFFSET unknown) dearer than a custom one: the list statement
+        // always was, and planning it took longer than running it. Its generic plan is the same
+        // index scan, so it is used from the first execution.
+        ...(config.DATABASE_PREPARED_STATEMENTS ? { plan_cache_mode: 'force_generic_plan' } : {})
+      }
+  const pool = new DatabasePool({
     connectionString: DATABASE_URL,
-    max: DATABASE_POOL_MAX,
-    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-    query_timeout: QUERY_TIMEOUT_MS,
-    // A prepared statement is planned anew on every execution while PostgreSQL estimates its
-    // generic plan (LIMIT and OFFSET unknown) dearer than a custom one: the list statement always
-    // was, and planning it took longer than running it. Its generic plan is the same index scan,
-    // so it is used from the first execution. (pg-pool awaits this before handing the client out.)
-    onConnect: DATABASE_PREPARED_STATEMENTS
-      ? async (client: pg.ClientBase) => { await client.query('SET plan_cache_mode = force_generic_plan') }
-      : undefined
+    max: config.DATABASE_POOL_MAX,
+    connectionWaitMs: config.DATABASE_CONNECTION_WAIT_MS,
+    queryTimeoutMs: config.DATABASE_QUERY_TIMEOUT_MS,
+    settings
+  })
+  // Readiness gets its own connection: behind a saturated pool it would wait its turn and fail.
+  const probePool = new DatabasePool({
+    connectionString: DATABASE_URL,
+    max: 1,
+    connectionWaitMs: config.READINESS_TIMEOUT_MS,
+    queryTimeoutMs: config.READINESS_TIMEOUT_MS
   })
   // An idle client that loses its connection (say, the server restarts) emits 'error' on the pool;
   // unhandled, that would crash the process. The pool drops the client and connects anew later.
+  // Logged without the client (it would serialize its whole configuration).
   pool.on('error', (error) => fastify.log.warn({ err: error }, 'idle database connection lost'))
+  probePool.on('error', () => {})
   fastify.decorate('db', pool)
-  fastify.addHook('onClose', async () => pool.end())
+  fastify.decorate('checkDatabase', readinessCheck(pool, probePool))
+  fastify.addHook('onClose', async () => { await Promise.all([pool.end(), probePool.end()]) })
 
   // Migrations get a connection of their own, without the query timeout: a migration may be slow.
-  const migrationPool = new pg.Pool({
-    connectionString: MIGRATIONS_DATABASE_URL ?? DATABASE_URL, max: 1, connectionTimeoutMillis: CONNECT_TIMEOUT_MS
+  const migrationPool = new DatabasePool({
+    connectionString: MIGRATIONS_DATABASE_URL ?? DATABASE_URL, max: 1, connectionWaitMs: 5_000, queryTimeoutMs: 0
   })
   try {
     const applied = await migrateDatabase(migrationPool)
@@ -48,20 +63,33 @@ export default fp(async function db (fastify) {
   } finally {
     await migrationPool.end()
   }
+  // The pool's first connection, made now: a pooler that refuses the session settings stops the
+  // start with a message saying what to change, instead of failing every request.
+  await pool.query('SELECT 1').catch((error: Error & { code?: string }) => {
+    if (error.code !== '08P01' || Object.keys(settings).length === 0) throw error
+    throw new Error(`the database refused the session settings sent with each connection (${error.message}); ` +
+      'behind a transaction pooler such as PgBouncer, set DATABASE_POOLER=transaction', { cause: error })
+  })
 }, { name: 'db', dependencies: ['env'] })
 
-const unavailableCodes = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE',
-  '57P01', '57P02', '57P03', // admin_shutdown, crash_shutdown, cannot_connect_now
-  '57014', // query_canceled: a statement_timeout set on the role
-  '53300', // too_many_connections
-  '08000', '08001', '08003', '08004', '08006' // connection exceptions
-])
-
-/** Whether an error means the database cannot be reached now, as opposed to a bug. */
-export function isDatabaseUnavailable (error: unknown): boolean {
-  if (!(error instanceof Error)) return false
-  const code = (error as { code?: unknown }).code
-  if (typeof code === 'string' && unavailableCodes.has(code)) return true
-  return /timeout exceeded when trying to connect|Connection terminated|Query read timeout/i.test(error.message)
+/**
+ * The readiness check: `SELECT 1` on the probe's own connection. Concurrent checks share one
+ * query. A probe that fails while the pool's own queries were being answered meanwhile means a
+ * database slow under load, not one that is gone: still ready.
+ */
+function readinessCheck (pool: DatabasePool, probePool: DatabasePool): () => Promise<void> {
+  let inFlight: Promise<void> | undefined
+  async function probe (): Promise<void> {
+    const started = performance.now()
+    try {
+      await ping(probePool)
+    } catch (error) {
+      if (pool.lastAnsweredAt > started) return
+      throw error
+    }
+  }
+  return () => {
+    inFlight ??= probe().finally(() => { inFlight = undefined })
+    return inFlight
+  }
 }

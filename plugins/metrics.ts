@@ -1,11 +1,13 @@
 // Prometheus metrics at GET /metrics (fastify-metrics on prom-client): request duration histograms
-// by route, method and status, process metrics, the pg pool's connections and database errors.
+// by route, method and status, process metrics, the pg pool's connections, database errors, and
+// requests shed under overload.
 // METRICS_ENABLED=false turns it off. Meant for the internal scraper, not the gateway's clients.
 // https://github.com/SkeLLLa/fastify-metrics
 import fastifyMetricsModule from 'fastify-metrics'
 import fp from 'fastify-plugin'
 import pg from 'pg'
-import { isDatabaseUnavailable } from './db.js'
+import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
+import { Problem } from '../src/problems.js'
 import { exemptFromPressure } from './pressure.js'
 
 // A CommonJS module whose plugin is its `default` export.
@@ -42,8 +44,19 @@ export default fp(async function metrics (fastify) {
     labelNames: ['kind']
   })
   for (const kind of ['unavailable', 'query', 'idle_connection']) databaseErrors.inc({ kind }, 0)
+  const shed = new client.Counter({
+    name: 'requests_shed_total',
+    help: 'Requests answered 503 overloaded, by reason: event_loop (lag), connection_wait (no pooled ' +
+      'connection free in time), statement_timeout (the database cancelled a statement)',
+    labelNames: ['reason']
+  })
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) shed.inc({ reason }, 0)
   fastify.addHook('onError', async (_request, _reply, error) => {
-    if (isDatabaseUnavailable(error)) databaseErrors.inc({ kind: 'unavailable' })
+    const overload = overloadReasonOf(error)
+    if (overload) shed.inc({ reason: overload })
+    // under-pressure throws the problem itself when the event loop lags.
+    else if (error instanceof Problem && error.type === '/problems/overloaded') shed.inc({ reason: 'event_loop' })
+    else if (isDatabaseUnavailable(error)) databaseErrors.inc({ kind: 'unavailable' })
     else if (error instanceof pg.DatabaseError) databaseErrors.inc({ kind: 'query' })
   })
   pool.on('error', () => databaseErrors.inc({ kind: 'idle_connection' }))

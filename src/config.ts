@@ -11,6 +11,19 @@ const schema = {
     PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000 },
     DATABASE_URL: { type: 'string', pattern: '^postgres(ql)?://' },
     DATABASE_POOL_MAX: { type: 'integer', minimum: 1, maximum: 1000, default: 10 },
+    // How long a request waits for a database connection (a free pooled one, or a new one) before
+    // it is answered 503: overloaded while the database answers, database-unavailable when not.
+    DATABASE_CONNECTION_WAIT_MS: { type: 'integer', minimum: 1, maximum: 60000, default: 1000 },
+    // Server-side bound on every statement (statement_timeout); its expiry answers 503 overloaded.
+    DATABASE_STATEMENT_TIMEOUT_MS: { type: 'integer', minimum: 1, maximum: 600000, default: 5000 },
+    // Client-side bound on a query the server does not answer at all (a hung server): 503
+    // database-unavailable. Longer than the statement timeout, which a live server applies first.
+    DATABASE_QUERY_TIMEOUT_MS: { type: 'integer', minimum: 1, maximum: 600000, default: 10000 },
+    // "transaction" behind a transaction pooler (PgBouncer pool_mode=transaction): no session
+    // settings are sent with connections (the pooler refuses them); put them on the role instead.
+    DATABASE_POOLER: { type: 'string', enum: ['none', 'transaction'], default: 'none' },
+    // /readyz's bound on its own check of the database (connect and query).
+    READINESS_TIMEOUT_MS: { type: 'integer', minimum: 1, maximum: 60000, default: 1000 },
     // Named prepared statements, planned once per connection. Turn off behind a PgBouncer in
     // transaction mode older than 1.21 (or without max_prepared_statements).
     DATABASE_PREPARED_STATEMENTS: { type: 'boolean', default: true },
@@ -49,6 +62,11 @@ export interface Config {
   PORT: number
   DATABASE_URL?: string
   DATABASE_POOL_MAX: number
+  DATABASE_CONNECTION_WAIT_MS: number
+  DATABASE_STATEMENT_TIMEOUT_MS: number
+  DATABASE_QUERY_TIMEOUT_MS: number
+  DATABASE_POOLER: 'none' | 'transaction'
+  READINESS_TIMEOUT_MS: number
   DATABASE_PREPARED_STATEMENTS: boolean
   MIGRATIONS_DATABASE_URL?: string
   JWT_SECRET?: string
@@ -82,6 +100,9 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
     config = envSchema<Config>({ schema, data, env: false, dotenv: false })
   } catch (error) {
     throw new Error(`Invalid configuration: ${(error as Error).message}`)
+  }
+  if (config.DATABASE_STATEMENT_TIMEOUT_MS >= config.DATABASE_QUERY_TIMEOUT_MS) {
+    throw new Error('Invalid configuration: DATABASE_STATEMENT_TIMEOUT_MS must be shorter than DATABASE_QUERY_TIMEOUT_MS')
   }
   if (config.SHUTDOWN_DELAY_MS >= config.SHUTDOWN_TIMEOUT_MS) {
     throw new Error('Invalid configuration: SHUTDOWN_DELAY_MS must be shorter than SHUTDOWN_TIMEOUT_MS')

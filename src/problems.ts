@@ -4,10 +4,11 @@
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
-import { isDatabaseUnavailable } from '../plugins/db.js'
+import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 const RETRY_AFTER_SECONDS = 5
+const OVERLOADED = '/problems/overloaded'
 
 // RFC 9110 renamed two phrases that Node still spells the old way.
 const currentPhrases: Record<number, string> = { 413: 'Content Too Large', 422: 'Unprocessable Content' }
@@ -124,7 +125,7 @@ export const problems = {
   }),
   overloaded: () => new Problem({
     status: 503,
-    type: '/problems/overloaded',
+    type: OVERLOADED,
     title: 'Overloaded',
     detail: `The service is overloaded. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
     headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
@@ -179,6 +180,7 @@ export function toProblem (error: FastifyError): Problem {
   // JSON.parse and secure-json-parse reject bad JSON and __proto__ keys with a 400 SyntaxError.
   if (error instanceof SyntaxError && error.statusCode === 400) return problems.malformedBody('The body is not valid JSON.')
   if (isDatabaseUnavailable(error)) return problems.databaseUnavailable()
+  if (overloadReasonOf(error)) return problems.overloaded()
   const status = error.statusCode ?? 500
   if (status >= 400 && status < 500) return new Problem({ status, detail: STATUS_CODES[status] ?? 'Bad request' })
   return problems.internal()
@@ -186,7 +188,9 @@ export function toProblem (error: FastifyError): Problem {
 
 export function errorHandler (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const problem = toProblem(error)
-  if (problem.status >= 500) request.log.error({ err: error }, 'request failed')
+  // Shedding load is the service working as designed: worth a warning, not an error with a stack.
+  if (problem.type === OVERLOADED) request.log.warn({ reason: overloadReasonOf(error) ?? 'event_loop', detail: error.message }, 'request shed')
+  else if (problem.status >= 500) request.log.error({ err: error }, 'request failed')
   else request.log.info({ status: problem.status, type: problem.type }, problem.title)
   return sendProblem(reply, problem)
 }

@@ -71,7 +71,9 @@ if (!binary) {
     MIGRATIONS_DATABASE_URL: directUrl.toString(),
     DATABASE_POOL_MAX: '20',
     // PgBouncer 1.18 (Debian 12) in transaction mode cannot keep named prepared statements.
-    DATABASE_PREPARED_STATEMENTS: 'false'
+    DATABASE_PREPARED_STATEMENTS: 'false',
+    // PgBouncer refuses startup parameters: statement_timeout belongs on the role here.
+    DATABASE_POOLER: 'transaction'
   })
   await seedDatabase(harness.app.db, ordersFixture())
 
@@ -96,6 +98,14 @@ if (!binary) {
     const after = await harness.request(`${ordersPath()}?limit=500`, { token: readToken() })
     t.equal(after.headers.get('x-total-count'), '7')
     t.notOk((after.body as Array<{ id: string }>).some(({ id }) => ['p_read_orders', 'p_create_orders', 'p_update_orders'].includes(id)))
+  })
+
+  t.test('without DATABASE_POOLER=transaction the start fails, saying what to set', async (t) => {
+    await t.rejects(build(t, {
+      DATABASE_URL: bouncerUrl.toString(),
+      MIGRATIONS_DATABASE_URL: directUrl.toString(),
+      DATABASE_PREPARED_STATEMENTS: 'false'
+    }), /unsupported startup parameter.*set DATABASE_POOLER=transaction/)
   })
 
   t.test('readiness goes through the pooler too', async (t) => {

@@ -6,6 +6,7 @@ import { createServer, connect, type Socket } from 'node:net'
 import { Writable } from 'node:stream'
 import Fastify, { type FastifyError } from 'fastify'
 import t, { type Test } from 'tap'
+import { ConnectionWaitTimeout, DatabaseUnreachable } from '../db/errors.js'
 import {
   Problem, clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, problems, toProblem
 } from '../src/problems.js'
@@ -157,6 +158,10 @@ t.test('other errors: bad JSON is malformed-body, outages 503, other 4xx keep th
   // A SyntaxError thrown by our own code is a bug, not the client's bad JSON.
   t.match(toProblem(new SyntaxError('oops') as FastifyError).toJSON(), { status: 500, type: 'about:blank' })
   t.match(toProblem(fastifyError({ code: 'ECONNREFUSED' })).toJSON(), { status: 503, type: '/problems/database-unavailable' })
+  t.match(toProblem(new DatabaseUnreachable('no connection') as unknown as FastifyError).toJSON(), { status: 503, type: '/problems/database-unavailable' })
+  // Overload: no pooled connection in time, or a statement the server cancelled at its timeout.
+  t.match(toProblem(new ConnectionWaitTimeout('busy') as unknown as FastifyError).toJSON(), { status: 503, type: '/problems/overloaded' })
+  t.match(toProblem(fastifyError({ code: '57014' })).toJSON(), { status: 503, type: '/problems/overloaded' })
   t.same(toProblem(fastifyError({ statusCode: 429 })).toJSON(),
     { type: 'about:blank', title: 'Too Many Requests', status: 429, detail: 'Too Many Requests' })
   t.same(toProblem(fastifyError({ statusCode: 400 })).toJSON(),

@@ -29,7 +29,13 @@ export interface paths {
         };
         /**
          * Readiness probe
-         * @description Answers 200 when the database answers a query; 503 when it does not, or once the service has begun shutting down.
+         * @description Answers 200 when the database answers `SELECT 1` on the probe's own connection within
+         *     `READINESS_TIMEOUT_MS` (1 s), or, if that probe is slow, when the replica's pool got answers
+         *     from the database while it waited: a replica that is saturated or shedding load is still
+         *     ready, because the database is there and other replicas are no better off. Answers 503
+         *     `database-unavailable` when the database cannot be reached, and 503 `shutting-down` once the
+         *     replica has begun shutting down. The probe never queues behind API traffic, and concurrent
+         *     probes share one query.
          */
         get: operations["getReadiness"];
         put?: never;
@@ -221,8 +227,9 @@ export interface components {
             };
         };
         /**
-         * @description The database cannot be reached, or the service is overloaded (or, for readiness, shutting
-         *     down); retry after `Retry-After` seconds.
+         * @description The database cannot be reached (`database-unavailable`), the replica has more requests than
+         *     it can serve now (`overloaded`: shed at once, nothing changed), or, for readiness, the
+         *     replica is shutting down; retry after `Retry-After` seconds.
          */
         ServiceUnavailable: {
             headers: {

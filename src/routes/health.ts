@@ -1,7 +1,7 @@
-// Probes for the orchestrator: liveness never touches the database, readiness does, and fails
-// from the moment the service starts shutting down.
+// Probes for the orchestrator: liveness never touches the database; readiness asks it on a
+// connection of its own (never behind API traffic, so a saturated replica stays ready), and fails
+// when the database cannot be reached or from the moment the service starts shutting down.
 import type { FastifyInstance } from 'fastify'
-import { ping } from '../../db/queries.js'
 import { exemptFromPressure } from '../../plugins/pressure.js'
 import { operations } from '../generated/operations.js'
 import { problems } from '../problems.js'
@@ -16,7 +16,7 @@ export default async function healthRoutes (fastify: FastifyInstance) {
   fastify.get(getReadiness.url, { schema: getReadiness.schema, config }, async (request) => {
     if (fastify.draining) throw problems.shuttingDown()
     try {
-      await ping(fastify.db)
+      await fastify.checkDatabase()
     } catch (error) {
       request.log.warn({ err: error }, 'readiness check failed')
       throw problems.databaseUnavailable()

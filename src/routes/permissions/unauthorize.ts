@@ -16,7 +16,7 @@ export default async function unauthorize (fastify: FastifyInstance) {
   }>(url, { schema, config: { scopes } }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const result = await unauthorizePermissions(fastify.db, { resourceId, clientId, permissionIds: request.body },
-      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS })
+      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: fastify.config.DATABASE_STATEMENT_TIMEOUT_MS })
     assertClientAuthorized(result, resourceId, clientId)
     if (result.unknownPermissionIds.length > 0) throw problems.unknownPermissions(resourceId, result.unknownPermissionIds)
     request.log.info({ resourceId, clientId, removed: result.removed }, 'permissions unauthorized')

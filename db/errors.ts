@@ -1,0 +1,45 @@
+// What a database error means for the caller: the database cannot be reached (an outage), or it
+// is reachable but has more work than it can take now (overload). The two get different answers
+// (503 database-unavailable vs 503 overloaded), different log levels and different metrics.
+
+/** No pooled connection became free within the wait: the pool is busy, the database answering. */
+export class ConnectionWaitTimeout extends Error {
+  readonly code = 'CONNECTION_WAIT_TIMEOUT'
+}
+
+/** No connection within the wait, while the database's last answer was a failure to connect. */
+export class DatabaseUnreachable extends Error {
+  readonly code = 'DATABASE_UNREACHABLE'
+}
+
+const unavailableCodes = new Set([
+  'DATABASE_UNREACHABLE',
+  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE', 'ENOENT',
+  '57P01', '57P02', '57P03', // admin_shutdown, crash_shutdown, cannot_connect_now
+  '53300', // too_many_connections
+  '08000', '08001', '08003', '08004', '08006' // connection exceptions
+])
+
+// A statement cancelled by statement_timeout: the server answered, in time to say it gave up.
+const STATEMENT_TIMEOUT = '57014'
+
+const codeOf = (error: unknown) => (error as { code?: unknown } | undefined)?.code
+
+/** Whether an error means the database cannot be reached now, as opposed to a bug or overload. */
+export function isDatabaseUnavailable (error: unknown): boolean {
+  if (!(error instanceof Error)) return false
+  const code = codeOf(error)
+  if (typeof code === 'string' && unavailableCodes.has(code)) return true
+  // pg's own words for a connection that could not be made or was lost, and for a server that did
+  // not answer a query at all within query_timeout (one that is alive cancels it sooner itself).
+  return /Connection terminated|Query read timeout/i.test(error.message)
+}
+
+export type OverloadReason = 'connection_wait' | 'statement_timeout'
+
+/** Why a database error means overload, or undefined when it does not. */
+export function overloadReasonOf (error: unknown): OverloadReason | undefined {
+  if (error instanceof ConnectionWaitTimeout) return 'connection_wait'
+  if (error instanceof Error && codeOf(error) === STATEMENT_TIMEOUT) return 'statement_timeout'
+  return undefined
+}

@@ -1,0 +1,82 @@
+// The service's pg Pool: a bounded wait for a connection, server-side session settings sent with
+// each new connection, and a memory of the database's last sign of life, so that a request that
+// cannot get a connection in time is told apart: the pool is busy (overload) or the database
+// cannot be reached (outage). https://node-postgres.com/apis/pool
+import { performance } from 'node:perf_hooks'
+import pg from 'pg'
+import { ConnectionWaitTimeout, DatabaseUnreachable, isDatabaseUnavailable } from './errors.js'
+
+export interface DatabasePoolOptions {
+  connectionString: string
+  max: number
+  /**
+   * How long a request may wait for a connection (a free pooled one, or a new one) before it
+   * fails: with ConnectionWaitTimeout while the database answers, else as unreachable.
+   */
+  connectionWaitMs: number
+  /** Client-side bound on a query the server does not answer at all (a hung server). */
+  queryTimeoutMs: number
+  /**
+   * Session settings (GUCs) sent in each connection's startup packet: no round trip, and nothing
+   * left on a shared server connection. Leave empty behind a transaction pooler (PgBouncer refuses
+   * startup parameters): put them on the database role instead.
+   */
+  settings?: Record<string, string | number>
+}
+
+// pg-pool's words when a queued request's wait runs out (a new connection that times out says
+// "Connection terminated due to connection timeout" instead).
+const QUEUE_WAIT_EXPIRED = 'timeout exceeded when trying to connect'
+
+type ConnectCallback = (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: unknown) => void) => void
+
+export class DatabasePool extends pg.Pool {
+  /** performance.now() when the database last answered: a connection made or a query answered. */
+  lastAnsweredAt = -Infinity
+  /** performance.now() when the database was last found unreachable. */
+  lastUnreachableAt = -Infinity
+  readonly #connectionWaitMs: number
+
+  constructor ({ connectionString, max, connectionWaitMs, queryTimeoutMs, settings = {} }: DatabasePoolOptions) {
+    const options = Object.entries(settings).map(([name, value]) => `-c ${name}=${value}`).join(' ')
+    super({
+      connectionString,
+      max,
+      connectionTimeoutMillis: connectionWaitMs,
+      query_timeout: queryTimeoutMs,
+      ...(options ? { options } : {})
+    })
+    this.#connectionWaitMs = connectionWaitMs
+    this.on('connect', () => { this.lastAnsweredAt = performance.now() })
+    this.on('release', (error?: Error) => {
+      // A DatabaseError is an answer too (a constraint, a cancelled statement).
+      if (!error || error instanceof pg.DatabaseError) this.lastAnsweredAt = performance.now()
+      else if (isDatabaseUnavailable(error)) this.lastUnreachableAt = performance.now()
+    })
+  }
+
+  /** Whether the database's latest sign is that it cannot be reached. */
+  get unreachable (): boolean {
+    return this.lastUnreachableAt > this.lastAnsweredAt
+  }
+
+  // pool.query() connects through here too, so every wait for a connection is classified once.
+  override connect (): Promise<pg.PoolClient>
+  override connect (callback: ConnectCallback): void
+  override connect (callback?: ConnectCallback): Promise<pg.PoolClient> | void {
+    if (!callback) {
+      return new Promise((resolve, reject) => this.connect((error, client) => error ? reject(error) : resolve(client!)))
+    }
+    super.connect((error, client, done) => callback(error && this.#classify(error), client, done))
+  }
+
+  #classify (error: Error): Error {
+    if (error.message === QUEUE_WAIT_EXPIRED) {
+      return this.unreachable
+        ? new DatabaseUnreachable(`no database connection within ${this.#connectionWaitMs} ms: the database could not be reached at the last attempt`, { cause: error })
+        : new ConnectionWaitTimeout(`no pooled database connection became free within ${this.#connectionWaitMs} ms`, { cause: error })
+    }
+    if (isDatabaseUnavailable(error)) this.lastUnreachableAt = performance.now()
+    return error
+  }
+}

@@ -1,0 +1,62 @@
+// The pool tells a busy pool (overload) from a database it cannot reach (outage), against a real
+// PostgreSQL, a port where nothing listens, and a black hole (a socket that accepts and never
+// answers, as a firewalled or frozen host does).
+import { createServer, type Socket } from 'node:net'
+import t from 'tap'
+import { freePort } from '../../db/embedded-postgres.js'
+import { ConnectionWaitTimeout, DatabaseUnreachable, isDatabaseUnavailable, overloadReasonOf } from '../../db/errors.js'
+import { DatabasePool } from '../../db/pool.js'
+import { createTestDatabase } from '../helper.js'
+
+const WAIT_MS = 200
+
+function poolOn (connectionString: string, max = 1): DatabasePool {
+  const pool = new DatabasePool({ connectionString, max, connectionWaitMs: WAIT_MS, queryTimeoutMs: 5_000 })
+  pool.on('error', () => {})
+  t.teardown(() => pool.end())
+  return pool
+}
+
+t.test('every connection busy, database answering → ConnectionWaitTimeout (overload), not unavailable', async (t) => {
+  const pool = poolOn(await createTestDatabase(t))
+  const held = await pool.connect()
+  await held.query('SELECT 1')
+  const error = await pool.connect().then(() => undefined, (error: Error) => error)
+  t.type(error, ConnectionWaitTimeout)
+  t.equal(overloadReasonOf(error), 'connection_wait')
+  t.notOk(isDatabaseUnavailable(error))
+  t.notOk(pool.unreachable)
+  held.release()
+  const { rows } = await pool.query('SELECT 1 AS one')
+  t.same(rows, [{ one: 1 }], 'served once a connection is free')
+})
+
+t.test('nothing listens → unavailable at once, and the pool knows it', async (t) => {
+  const pool = poolOn(`postgres://postgres@127.0.0.1:${await freePort()}/postgres`)
+  const error = await pool.query('SELECT 1').then(() => undefined, (error: Error) => error)
+  t.ok(isDatabaseUnavailable(error), String(error))
+  t.equal(overloadReasonOf(error), undefined)
+  t.ok(pool.unreachable)
+})
+
+t.test('black hole → the connect times out as unavailable; a wait behind it is unavailable too, not overload', async (t) => {
+  const sockets = new Set<Socket>()
+  const blackHole = createServer((socket) => { sockets.add(socket) })
+  blackHole.listen(0, '127.0.0.1')
+  await new Promise((resolve) => blackHole.once('listening', resolve))
+  t.teardown(() => { for (const socket of sockets) socket.destroy(); blackHole.close() })
+  const { port } = blackHole.address() as { port: number }
+  const pool = poolOn(`postgres://postgres@127.0.0.1:${port}/postgres`)
+
+  const first = await pool.connect().then(() => undefined, (error: Error) => error)
+  t.ok(isDatabaseUnavailable(first), `a connect that times out: ${String(first)}`)
+  t.ok(pool.unreachable)
+  // One new connection in progress fills the pool; the next request waits behind it.
+  const [connecting, waiting] = await Promise.allSettled([pool.connect(), pool.connect()])
+  t.equal(connecting.status, 'rejected')
+  t.equal(waiting.status, 'rejected')
+  const reason = (waiting as PromiseRejectedResult).reason
+  t.type(reason, DatabaseUnreachable)
+  t.ok(isDatabaseUnavailable(reason))
+  t.equal(overloadReasonOf(reason), undefined)
+})
