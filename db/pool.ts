@@ -2,6 +2,7 @@
 // each new connection, and a memory of the database's last sign of life, so that a request that
 // cannot get a connection in time is told apart: the pool is busy (overload) or the database
 // cannot be reached (outage). https://node-postgres.com/apis/pool
+import { once } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import pg from 'pg'
 import { ConnectionWaitTimeout, DatabaseUnreachable, isDatabaseUnavailable } from './errors.js'
@@ -47,12 +48,23 @@ export class DatabasePool extends pg.Pool {
       ...(options ? { options } : {})
     })
     this.#connectionWaitMs = connectionWaitMs
-    this.on('connect', () => { this.lastAnsweredAt = performance.now() })
+    this.on('connect', () => this.#answered())
     this.on('release', (error?: Error) => {
       // A DatabaseError is an answer too (a constraint, a cancelled statement).
-      if (!error || error instanceof pg.DatabaseError) this.lastAnsweredAt = performance.now()
+      if (!error || error instanceof pg.DatabaseError) this.#answered()
       else if (isDatabaseUnavailable(error)) this.lastUnreachableAt = performance.now()
     })
+  }
+
+  #answered (): void {
+    this.lastAnsweredAt = performance.now()
+    this.emit('answered')
+  }
+
+  /** Whether the database answers one of this pool's connections after `since`, within `timeoutMs`. */
+  async answersSince (since: number, timeoutMs: number): Promise<boolean> {
+    if (this.lastAnsweredAt > since) return true
+    return once(this, 'answered', { signal: AbortSignal.timeout(timeoutMs) }).then(() => true, () => false)
   }
 
   /** Whether the database's latest sign is that it cannot be reached. */

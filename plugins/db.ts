@@ -50,7 +50,7 @@ export default fp(async function db (fastify) {
   pool.on('error', (error) => fastify.log.warn({ err: error }, 'idle database connection lost'))
   probePool.on('error', () => {})
   fastify.decorate('db', pool)
-  fastify.decorate('checkDatabase', readinessCheck(pool, probePool))
+  fastify.decorate('checkDatabase', readinessCheck(pool, probePool, config.READINESS_TIMEOUT_MS))
   fastify.addHook('onClose', async () => { await Promise.all([pool.end(), probePool.end()]) })
 
   // Migrations get a connection of their own, without the query timeout: a migration may be slow.
@@ -73,19 +73,21 @@ export default fp(async function db (fastify) {
 }, { name: 'db', dependencies: ['env'] })
 
 /**
- * The readiness check: `SELECT 1` on the probe's own connection. Concurrent checks share one
- * query. A probe that fails while the pool's own queries were being answered meanwhile means a
- * database slow under load, not one that is gone: still ready.
+ * The readiness check: the database answers someone within `timeoutMs`. First `SELECT 1` on the
+ * probe's own connection (concurrent checks share one); if that fails, while the pool has not
+ * found the database unreachable, an answer to one of the pool's own queries in the same time will
+ * do: a database that is slow or refuses one more connection under load is still there.
  */
-function readinessCheck (pool: DatabasePool, probePool: DatabasePool): () => Promise<void> {
+function readinessCheck (pool: DatabasePool, probePool: DatabasePool, timeoutMs: number): () => Promise<void> {
   let inFlight: Promise<void> | undefined
   async function probe (): Promise<void> {
     const started = performance.now()
     try {
       await ping(probePool)
     } catch (error) {
-      if (pool.lastAnsweredAt > started) return
-      throw error
+      if (pool.unreachable) throw error
+      const remaining = timeoutMs - (performance.now() - started)
+      if (!await pool.answersSince(started, Math.max(remaining, 0))) throw error
     }
   }
   return () => {

@@ -1,11 +1,13 @@
 // Overload is not an outage: a pool held busy by real slow statements sheds the requests it cannot
 // serve in time as 503 overloaded, while /readyz stays 200 and nothing is reported as the database
 // being down. The statements are slow because a test transaction really locks the grants table.
+import { randomBytes } from 'node:crypto'
 import { PassThrough } from 'node:stream'
 import pg from 'pg'
 import t from 'tap'
+import { seedDatabase } from '../db/seed.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
-import { build } from './helper.js'
+import { build, createTestDatabase, testDatabaseUrl } from './helper.js'
 import { deleteToken, readToken } from './tokens.js'
 
 const CONNECTION_WAIT_MS = 300
@@ -110,4 +112,42 @@ t.test('a statement past DATABASE_STATEMENT_TIMEOUT_MS → the server cancels it
   t.equal(rows.length, 1, 'the cancelled DELETE removed nothing')
   t.ok(await metricValue(/requests_shed_total\{reason="statement_timeout"\} (\d+)/) >= 2, 'counted as shed')
   t.equal((await list()).status, 200, 'served again')
+})
+
+t.test('/readyz: the database refuses the probe one more connection while the pool answers → 200; nobody answers → 503', async (t) => {
+  // Connection limits do not bind superusers: the service connects as a role of its own here.
+  const adminUrl = await createTestDatabase(t)
+  const admin = new pg.Client({ connectionString: adminUrl })
+  await admin.connect()
+  const role = `app_${randomBytes(4).toString('hex')}`
+  const database = new URL(adminUrl).pathname.slice(1)
+  await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD 'app-password'`)
+  await admin.query(`ALTER DATABASE ${database} OWNER TO ${role}`)
+  t.teardown(async () => {
+    await admin.end()
+    const server = new pg.Client({ connectionString: testDatabaseUrl() })
+    await server.connect()
+    await server.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+    await server.query(`DROP ROLE IF EXISTS ${role}`)
+    await server.end()
+  })
+  const appUrl = Object.assign(new URL(adminUrl), { username: role, password: 'app-password' }).toString()
+  const limited = await build(t, { DATABASE_URL: appUrl, DATABASE_POOL_MAX: '2', READINESS_TIMEOUT_MS: '500' })
+  await seedDatabase(limited.app.db, ordersFixture())
+  const listLimited = () => limited.request(ordersPath(), { token: readToken() })
+  await Promise.all([listLimited(), listLimited()]) // both pooled connections open
+  const { rows: [{ n }] } = await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename = $1', [role])
+  await admin.query(`ALTER ROLE ${role} CONNECTION LIMIT ${n}`)
+  t.rejects(new pg.Client({ connectionString: appUrl }).connect(), { code: '53300' }, 'the role gets no further connection')
+
+  const traffic = { on: true }
+  const steady = (async () => { while (traffic.on) t.equal((await listLimited()).status, 200) })()
+  const ready = await limited.request('/readyz')
+  traffic.on = false
+  await steady
+  t.equal(ready.status, 200, 'the pool was answered meanwhile: the database is there')
+
+  const idle = await limited.request('/readyz')
+  t.equal(idle.status, 503, 'no probe answer and no other answer within READINESS_TIMEOUT_MS')
+  t.match(idle.body, { type: '/problems/database-unavailable' })
 })

@@ -29,10 +29,11 @@ export interface paths {
         };
         /**
          * Readiness probe
-         * @description Answers 200 when the database answers `SELECT 1` on the probe's own connection within
-         *     `READINESS_TIMEOUT_MS` (1 s), or, if that probe is slow, when the replica's pool got answers
-         *     from the database while it waited: a replica that is saturated or shedding load is still
-         *     ready, because the database is there and other replicas are no better off. Answers 503
+         * @description Answers 200 when the database answers within `READINESS_TIMEOUT_MS` (1 s): `SELECT 1` on
+         *     the probe's own connection, or, when that probe fails (slow, or refused one more connection
+         *     under load) and the replica's pool has not found the database unreachable, one of the
+         *     pool's own queries. A replica that is saturated or shedding load is still ready, because
+         *     the database is there and other replicas are no better off. Answers 503
          *     `database-unavailable` when the database cannot be reached, and 503 `shutting-down` once the
          *     replica has begun shutting down. The probe never queues behind API traffic, and concurrent
          *     probes share one query.
