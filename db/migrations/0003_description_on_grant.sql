@@ -5,8 +5,10 @@
 
 -- 255 characters, as ids and names: the description now goes into btree entries (below), which hold
 -- at most 2,704 bytes. An entry holds five texts (resource, client, permission id, name,
--- description): at 255 single-byte characters each, about 1.3 kB. A description stored longer
--- than this stops the migration: shorten it, then migrate.
+-- description): at 255 single-byte characters each, about 1.3 kB; short ids with a name and a
+-- description of 255 four-byte characters each, about 2.1 kB. (Ids of 255 four-byte characters
+-- overflow the keys of 0001 and 0002 already, description or not.) A description stored longer
+-- than 255 characters stops this migration: shorten it, then migrate.
 ALTER TABLE permissions
   ADD CONSTRAINT permission_description_length CHECK (char_length(description) <= 255);
 
