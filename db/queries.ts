@@ -53,8 +53,8 @@ export interface ListGrantedPermissionsInput {
 export interface PermissionPage extends Target { total: number, permissions: Permission[] }
 
 // The only text that reaches ORDER BY: columns from these maps and directions from a closed set.
-// A grant carries its permission's name (migration 0002), so id and name sorts never join.
-const grantColumns: Record<SortProperty, string> = { id: 'g.permission_id', name: 'g.permission_name', description: 'p.description' }
+// A grant carries its permission's name (migration 0002) and description (0003): no order joins.
+const grantColumns: Record<SortProperty, string> = { id: 'permission_id', name: 'permission_name', description: 'permission_description' }
 const pageColumns: Record<SortProperty, string> = { id: 'page.id', name: 'page.name', description: 'page.description' }
 const directions: Record<SortDirection, string> = { asc: 'ASC', desc: 'DESC' }
 const reversed: Record<SortDirection, SortDirection> = { asc: 'desc', desc: 'asc' }
@@ -74,25 +74,15 @@ function orderBy (keys: SortKey[], columns: Record<SortProperty, string>): strin
 }
 
 /**
- * One page of grants ($1 resource id, $2 client id), when `when` holds. Sorted by id or name, it is cut
- * from the grants alone (an index scan, descriptions fetched for its rows only); by description it
- * needs the permissions joined first.
+ * One page of grants ($1 resource id, $2 client id), when `when` holds: whatever the order, an
+ * index-only scan of the client's entries in one of the grants indexes (migration 0003 says which
+ * serves which order), stopping after the page.
  */
 function pageOf (keys: SortKey[], when: string, limit: string, offset: string): string {
-  const order = orderBy(keys, grantColumns)
-  if (keys.some(({ property }) => property === 'description')) {
-    return `SELECT g.permission_id AS id, g.permission_name AS name, p.description
-      FROM grants g JOIN permissions p ON p.id = g.permission_id
-      WHERE g.resource_id = $1 AND g.client_id = $2 AND ${when}
-      ORDER BY ${order} LIMIT ${limit} OFFSET ${offset}`
-  }
-  return `SELECT g.permission_id AS id, g.permission_name AS name,
-        (SELECT p.description FROM permissions p WHERE p.id = g.permission_id) AS description
-      FROM (
-        SELECT g.permission_id, g.permission_name FROM grants g
-        WHERE g.resource_id = $1 AND g.client_id = $2 AND ${when}
-        ORDER BY ${order} LIMIT ${limit} OFFSET ${offset}
-      ) g`
+  return `SELECT permission_id AS id, permission_name AS name, permission_description AS description
+      FROM grants
+      WHERE resource_id = $1 AND client_id = $2 AND ${when}
+      ORDER BY ${orderBy(keys, grantColumns)} LIMIT ${limit} OFFSET ${offset}`
 }
 
 /**

@@ -37,7 +37,8 @@ const seedSchema = {
           id,
           resource_id: id,
           name: { type: 'string', maxLength: 255, pattern: '^[^\\s:\\u0000\\uD800-\\uDFFF]+:[^\\s:\\u0000\\uD800-\\uDFFF]+$' },
-          description: text
+          // As the spec's bound (and the database's CHECK): descriptions go into index entries.
+          description: { ...text, maxLength: 255 }
         }
       }
     },

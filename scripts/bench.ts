@@ -161,16 +161,16 @@ function idealListSql (scenario: ListScenario): string {
   const keys = parseSortBy(scenario.sortBy)
   const fromEnd = scenario.client === BIG_CLIENT
   if (keys[0].property === 'description') {
-    return `SELECT a.grant_count, g.permission_id, g.permission_name, g.description
+    // Page 0, read backwards through grants_by_description_name_desc (migration 0003).
+    return `SELECT a.grant_count, g.permission_id, g.permission_name, g.permission_description
       FROM authorizations a
-      LEFT JOIN LATERAL (SELECT g.permission_id, g.permission_name, p.description FROM grants g JOIN permissions p ON p.id = g.permission_id
-        WHERE g.resource_id = $1 AND g.client_id = $2 ORDER BY p.description DESC, g.permission_name ASC LIMIT $3) g ON true
+      LEFT JOIN LATERAL (SELECT permission_id, permission_name, permission_description FROM grants
+        WHERE resource_id = $1 AND client_id = $2 ORDER BY permission_description DESC, permission_name ASC LIMIT $3) g ON true
       WHERE a.resource_id = $1 AND a.client_id = $2`
   }
-  return `SELECT a.grant_count, g.permission_id, g.permission_name,
-      (SELECT description FROM permissions p WHERE p.id = g.permission_id)
+  return `SELECT a.grant_count, g.permission_id, g.permission_name, g.permission_description
     FROM authorizations a
-    LEFT JOIN LATERAL (SELECT permission_id, permission_name FROM grants
+    LEFT JOIN LATERAL (SELECT permission_id, permission_name, permission_description FROM grants
       WHERE resource_id = $1 AND client_id = $2 ORDER BY permission_name ${fromEnd ? 'DESC' : 'ASC'}
       LIMIT ${fromEnd ? 'a.grant_count - $3::bigint * $4::bigint' : '$3 OFFSET $3::bigint * $4::bigint'}) g ON true
     WHERE a.resource_id = $1 AND a.client_id = $2`

@@ -39,6 +39,11 @@ try {
   await explain('GET page 0, limit 50, sort_by=id.desc; client with 1,000 grants', list('id.desc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
   await explain('GET page 0, limit 50, sort_by=description.desc,name.asc; client with 1,000 grants',
     list('description.desc,name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
+  // The order that read all of a client's grants before migration 0003, at both ends of the list.
+  await explain(`GET page 0, limit 500, sort_by=description.desc; client with ${scale.bigGrants} grants`,
+    list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, 0])
+  await explain(`GET deepest page, limit 500, sort_by=description.desc; client with ${scale.bigGrants} grants`,
+    list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1])
   const { rows } = await pool.query('SELECT permission_id FROM grants WHERE resource_id = $1 AND client_id = $2 LIMIT 500', [RESOURCE_ID, BIG_CLIENT])
   await explain('DELETE 500 ids (rolled back)', unauthorizeSql, [RESOURCE_ID, BIG_CLIENT, rows.map((row) => row.permission_id)])
 } finally {

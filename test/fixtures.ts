@@ -23,5 +23,46 @@ export function ordersFixture (): SeedData {
   }
 }
 
+/**
+ * shelf-api with 40 permissions whose ids, names and descriptions each sort differently: every
+ * fourth has no description, the others share six texts (the empty one included), so every
+ * description order has ties for its second key to break. shelf-app holds 37 of them.
+ */
+export function shelfFixture (): SeedData {
+  const texts = ['beta', '', 'Beta', 'é', 'alpha', 'beta ']
+  const permissions = Array.from({ length: 40 }, (_, i) => ({
+    id: `s_${String(i).padStart(2, '0')}`,
+    resource_id: 'shelf-api',
+    // 17 is prime to 40: a permutation of the ids' order.
+    name: `n${String((i * 17) % 40).padStart(2, '0')}:shelf`,
+    ...(i % 4 === 0 ? {} : { description: texts[(i * 7) % texts.length] })
+  }))
+  const held = permissions.filter((_, i) => ![5, 22, 39].includes(i))
+  return {
+    resources: [{ id: 'shelf-api' }],
+    clients: [{ id: 'shelf-app' }],
+    permissions,
+    authorizations: [{ resource_id: 'shelf-api', client_id: 'shelf-app', permission_ids: held.map(({ id }) => id) }]
+  }
+}
+
 export const ordersPath = (client = 'app-a', resource = 'orders-api') =>
   `/resources/${encodeURIComponent(resource)}/authorized_clients/${encodeURIComponent(client)}/permissions`
+
+export interface ListedPermission { id: string, name: string, description?: string }
+export type SortKey = [keyof ListedPermission, 'asc' | 'desc']
+
+/**
+ * The documented order, as a comparator: each key in turn (missing descriptions last ascending,
+ * first descending), then id; text in byte order. Keys are taken as given: drop repeats first.
+ */
+export function compareListed (a: ListedPermission, b: ListedPermission, keys: SortKey[]): number {
+  for (const [property, direction] of [...keys, ['id', 'asc'] as SortKey]) {
+    const x = a[property]
+    const y = b[property]
+    if (x === y) continue
+    const ascending = x === undefined ? 1 : y === undefined ? -1 : x < y ? -1 : 1
+    return direction === 'asc' ? ascending : -ascending
+  }
+  return 0
+}

@@ -4,15 +4,13 @@
 // exactly, and the database holds exactly the model's grants, within its invariants.
 import fc from 'fast-check'
 import t from 'tap'
-import { ordersFixture, ordersPath } from './fixtures.js'
+import { compareListed as compare, ordersFixture, ordersPath, type ListedPermission as Permission, type SortKey } from './fixtures.js'
 import { build } from './helper.js'
 import { deleteToken, readToken } from './tokens.js'
 
 const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31)
 t.comment(`fast-check seed ${seed} (replay with FUZZ_SEED=${seed})`)
 
-interface Permission { id: string, name: string, description?: string }
-type SortKey = [keyof Permission, 'asc' | 'desc']
 interface Model { grants: Map<string, Set<string>> }
 interface Real { harness: Awaited<ReturnType<typeof build>> }
 
@@ -30,19 +28,6 @@ function initialModel (): Model {
     if (resource === 'orders-api') grants.set(client, new Set(ids))
   }
   return { grants }
-}
-
-// The documented order: each key in turn (missing descriptions last ascending, first descending),
-// then id; text in byte order.
-function compare (a: Permission, b: Permission, keys: SortKey[]): number {
-  for (const [property, direction] of [...keys, ['id', 'asc'] as SortKey]) {
-    const x = a[property]
-    const y = b[property]
-    if (x === y) continue
-    const ascending = x === undefined ? 1 : y === undefined ? -1 : x < y ? -1 : 1
-    return direction === 'asc' ? ascending : -ascending
-  }
-  return 0
 }
 
 const sortByText = (keys: SortKey[]) => keys.map(([property, direction]) => `${property}.${direction}`).join(',')

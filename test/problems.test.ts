@@ -47,15 +47,16 @@ t.test('GET ignores a body of any type or size: no 415 or 413 on an operation th
 })
 
 t.test('a database error → 500 that names no table, SQL or stack; nothing half-applied', async (t) => {
-  await harness.db.query('ALTER TABLE permissions RENAME TO permissions_moved')
-  t.teardown(() => harness.db.query('ALTER TABLE permissions_moved RENAME TO permissions'))
+  // A table both statements read (the list no longer reads permissions: grants carry descriptions).
+  await harness.db.query('ALTER TABLE authorizations RENAME TO authorizations_moved')
+  t.teardown(() => harness.db.query('ALTER TABLE authorizations_moved RENAME TO authorizations'))
   for (const res of [
     await harness.request(ordersPath(), { token: readToken() }),
     await harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: ['p_read_orders'] })
   ]) {
     t.equal(res.status, 500)
     t.match(res.body, { type: 'about:blank', title: 'Internal Server Error', status: 500 })
-    t.notMatch(res.text, /permissions|relation|SELECT|grants|\.ts|at /i)
+    t.notMatch(res.text, /authorizations|permissions|relation|SELECT|grants|\.ts|at /i)
   }
   const { rows } = await harness.db.query("SELECT count(*)::int AS n FROM grants WHERE client_id = 'app-a'")
   t.equal(rows[0].n, 11)

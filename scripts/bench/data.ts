@@ -25,6 +25,8 @@ export function scaleOf (grants: number): Scale {
 const permissionId = (i: string) => `'perm-' || lpad((${i})::text, 6, '0')`
 const permissionName = (i: string) => `'read:' || substr(md5((${i})::text), 1, 16)`
 
+// A grant's description is not given: the database copies it from the permission on insert
+// (migration 0003), as it does for every writer.
 async function grantRange (db: pg.Pool, clientId: string, from: number, to: number, stride = 1, start = 0): Promise<void> {
   await db.query(`
     INSERT INTO grants (resource_id, client_id, permission_id, permission_name)

@@ -95,7 +95,8 @@ export const operations = {
               },
               "description": {
                 "type": "string",
-                "description": "Additional information about the permission."
+                "description": "Additional information about the permission.",
+                "maxLength": 255
               }
             }
           }

@@ -1,11 +1,18 @@
 // The schema itself keeps the invariants: bad rows written with raw SQL, no service code in the
 // way, are refused by the database with the right SQLSTATE and constraint.
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import pg from 'pg'
+import { migrate } from 'postgres-migrations'
 import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import {
-  authorizeClient, listGrantedPermissions, listGrantedPermissionsSql, ping, unauthorizeSql, upsertClient, upsertPermission, upsertResource
+  authorizeClient, listGrantedPermissions, listGrantedPermissionsSql, ping, unauthorizeSql, upsertClient, upsertPermission, upsertResource,
+  type SortKey
 } from '../../db/queries.js'
+import { loadScale, RESOURCE_ID } from '../../scripts/bench/data.js'
+import { explainPreparedTree, type PlanNode } from '../../scripts/bench/explain.js'
+import { migrationsDir } from '../../src/project-root.js'
 import { createTestDatabase } from '../helper.js'
 
 async function migratedPool (t: Test): Promise<pg.Pool> {
@@ -231,19 +238,6 @@ t.test('three replicas migrating a fresh database at once: each migration is app
   t.same(await migrateDatabase(pools[1]), [], 'and a later run finds nothing to do')
 })
 
-interface PlanNode {
-  'Node Type': string
-  'Relation Name'?: string
-  'Index Name'?: string
-  'Index Cond'?: string
-  'Actual Rows': number
-  'Actual Loops': number
-  'Shared Hit Blocks': number
-  'Shared Read Blocks': number
-  'Heap Fetches'?: number
-  Plans?: PlanNode[]
-}
-
 function planNodes (node: PlanNode): PlanNode[] {
   return [node, ...(node.Plans ?? []).flatMap(planNodes)]
 }
@@ -266,8 +260,10 @@ t.test('the list and unauthorize statements read about one page of the client\'s
     SET LOCAL synchronous_commit = on;
     INSERT INTO resources (id) SELECT 'api-' || r FROM generate_series(1, 2) r;
     INSERT INTO clients (id) SELECT 'app-' || lpad(c::text, 3, '0') FROM generate_series(1, 100) c;
-    INSERT INTO permissions (id, resource_id, name)
-      SELECT 'perm-' || r || '-' || lpad(p::text, 4, '0'), 'api-' || r, 'verb' || p || ':noun' || (p % 7)
+    -- Descriptions in yet another order, tied by tens, every tenth missing.
+    INSERT INTO permissions (id, resource_id, name, description)
+      SELECT 'perm-' || r || '-' || lpad(p::text, 4, '0'), 'api-' || r, 'verb' || p || ':noun' || (p % 7),
+        CASE WHEN p % 10 <> 0 THEN 'about ' || (p * 37 % 100) END
       FROM generate_series(1, 2) r, generate_series(1, 1000) p;
     INSERT INTO authorizations (resource_id, client_id) SELECT r.id, c.id FROM resources r, clients c;
     INSERT INTO grants (resource_id, client_id, permission_id)
@@ -313,6 +309,44 @@ t.test('the list and unauthorize statements read about one page of the client\'s
       t.ok(scan['Shared Hit Blocks'] + scan['Shared Read Blocks'] < 50, `${what}: a handful of index pages: ${describe(scan)}`)
     }
   }
+
+  // The DELETE above was rolled back, but marked its rows' pages as not all-visible: visible again.
+  await pool.query('VACUUM grants')
+  // Every order that decides differently, as the service runs it: prepared, on its generic plan.
+  const orders: SortKey[][] = [
+    [{ property: 'id', direction: 'asc' }], [{ property: 'id', direction: 'desc' }],
+    [{ property: 'name', direction: 'asc' }], [{ property: 'name', direction: 'desc' }]
+  ]
+  for (const first of ['asc', 'desc'] as const) {
+    orders.push([{ property: 'description', direction: first }])
+    for (const property of ['id', 'name'] as const) {
+      for (const second of ['asc', 'desc'] as const) orders.push([{ property: 'description', direction: first }, { property, direction: second }])
+    }
+  }
+  // 1000 grants, 50 a page: page 0 and the page before the middle are read forwards, the page after
+  // it and the last one backwards; each takes the page and what it skips from the nearer end.
+  const pages = [{ page: 0, reads: 50 }, { page: 9, reads: 500 }, { page: 10, reads: 500 }, { page: 19, reads: 50 }]
+  for (const keys of orders) {
+    for (const { page, reads } of pages) {
+      const what = `${keys.map(({ property, direction }) => `${property}.${direction}`).join(',')} page ${page}`
+      const nodes = planNodes(await explainPreparedTree(pool, listGrantedPermissionsSql(keys), ['api-2', 'app-042', 50, page]))
+      const summary = nodes.map(describe).join(' > ')
+      // The one sort allowed is the last step, putting a page read backwards back in order.
+      t.notOk(nodes.slice(1).some((node) => node['Node Type'].includes('Sort')), `${what}: nothing sorted but the page: ${summary}`)
+      t.ok(nodes[0]['Actual Rows'] <= 50, `${what}: the top node holds the page only: ${describe(nodes[0])}`)
+      t.notOk(nodes.some((node) => node['Relation Name'] === 'permissions'), `${what}: permissions are not read: ${summary}`)
+      const scans = nodes.filter((node) => node['Relation Name'] === 'grants' && node['Actual Loops'] > 0)
+      t.equal(scans.length, 1, `${what}: one scan of grants runs: ${summary}`)
+      for (const scan of scans) {
+        t.equal(scan['Node Type'], 'Index Only Scan', `${what}: index-only: ${describe(scan)}`)
+        t.equal(scan['Heap Fetches'], 0, `${what}: no row read from the table: ${describe(scan)}`)
+        t.match(scan['Index Cond'], /resource_id = .*client_id = |client_id = .*resource_id = /, `${what}: seeks the client's entries`)
+        t.equal(scan['Actual Rows'], reads, `${what}: stops after the page: ${describe(scan)}`)
+        t.ok(scan['Shared Hit Blocks'] + scan['Shared Read Blocks'] < 50, `${what}: a handful of index pages: ${describe(scan)}`)
+      }
+    }
+  }
+
   const page = await listGrantedPermissions(pool, { resourceId: 'api-2', clientId: 'app-042', limit: 50, page: 0, sort: [{ property: 'name', direction: 'asc' }] })
   t.equal(page.total, 1000)
   t.equal(page.permissions.length, 50)
@@ -383,4 +417,139 @@ t.test('TRUNCATE of the grants zeroes every count', async (t) => {
   t.equal((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows[0].n, 1)
   await pool.query('TRUNCATE grants')
   t.equal((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows[0].n, 0)
+})
+
+/** The description each grant of the resource carries, beside its permission's, where they differ. */
+async function describedAmiss (pool: pg.Pool, resource: string) {
+  return (await pool.query(`
+    SELECT g.client_id, g.permission_id, g.permission_description, p.description
+    FROM grants g JOIN permissions p ON p.resource_id = g.resource_id AND p.id = g.permission_id
+    WHERE g.resource_id = $1 AND g.permission_description IS DISTINCT FROM p.description`, [resource])).rows
+}
+
+t.test('a grant carries its permission\'s description: copied on every insert and update, kept through changes', async (t) => {
+  const { resource, permissionIds: [first, second], clientIds } = await arrange('described', { permissions: 2, clients: 3 })
+  await sql("UPDATE permissions SET description = 'first' WHERE id = $1", [first])
+  t.same(await describedAmiss(db, resource), [], 'a new description reaches every grant')
+  t.equal(await count("grants WHERE permission_description = 'first'"), 3)
+
+  await sql('DELETE FROM grants WHERE resource_id = $1 AND client_id = $2', [resource, clientIds[0]])
+  await sql(`INSERT INTO grants (resource_id, client_id, permission_id, permission_name, permission_description)
+    VALUES ($1, $2, $3, 'read:' || $3, 'a wrong text'), ($1, $2, $4, 'read:' || $4, 'another')`, [resource, clientIds[0], first, second])
+  t.same(await describedAmiss(db, resource), [], 'an insert that names the permission (as the bench loader does) gets its description, not the given one')
+
+  await sql("UPDATE grants SET permission_description = 'tampered' WHERE permission_id = $1", [first])
+  t.same(await describedAmiss(db, resource), [], 'an update of the copy itself copies the permission\'s again')
+
+  await sql('UPDATE permissions SET description = NULL WHERE id = $1', [first])
+  await sql("UPDATE permissions SET description = 'second' WHERE id = $1", [second])
+  t.same(await describedAmiss(db, resource), [], 'to and from no description')
+  await sql("UPDATE permissions SET name = 'renamed:first', description = 'renamed' WHERE id = $1", [first])
+  t.same(await describedAmiss(db, resource), [], 'renamed and described in one statement')
+  t.same((await sql('SELECT DISTINCT permission_name, permission_description FROM grants WHERE permission_id = $1', [first])).rows,
+    [{ permission_name: 'renamed:first', permission_description: 'renamed' }])
+
+  const versions = async () => (await sql('SELECT xmin::text FROM grants WHERE permission_id = $1 ORDER BY client_id', [second])).rows
+  const unchanged = await versions()
+  await sql("UPDATE permissions SET description = 'second' WHERE id = $1", [second])
+  t.same(await versions(), unchanged, 'an unchanged description rewrites no grant')
+})
+
+t.test('a description changing while its permission is granted: the grant copies the text that is committed last', async (t) => {
+  const pool = await migratedPool(t)
+  const grant = "INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('race-api', 'race-app', 'race-p')"
+  await pool.query(`
+    INSERT INTO resources (id) VALUES ('race-api');
+    INSERT INTO clients (id) VALUES ('race-app');
+    INSERT INTO permissions (id, resource_id, name, description) VALUES ('race-p', 'race-api', 'read:race', 'old');
+    INSERT INTO authorizations (resource_id, client_id) VALUES ('race-api', 'race-app')`)
+  const described = async () => (await pool.query('SELECT permission_description FROM grants')).rows
+  const [first, second] = [await pool.connect(), await pool.connect()]
+  const pidOf = async (client: pg.PoolClient) => (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number
+  const pids = new Map([[first, await pidOf(first)], [second, await pidOf(second)]])
+  /** Resolves once the client's statement waits for a lock, or has finished without waiting. */
+  async function waitingOrDone (client: pg.PoolClient, statement: Promise<unknown>) {
+    const state = { done: false }
+    statement.then(() => { state.done = true }, () => { state.done = true })
+    for (let i = 0; i < 100 && !state.done; i++) {
+      const { rows } = await pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [pids.get(client)])
+      if (rows.length > 0) return
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    }
+  }
+  try {
+    // The description changes first: the grant waits for that, then copies the new text.
+    await first.query("BEGIN; UPDATE permissions SET description = 'new' WHERE id = 'race-p'")
+    const granted = second.query(grant)
+    await waitingOrDone(second, granted)
+    await first.query('COMMIT')
+    await granted
+    t.same(await described(), [{ permission_description: 'new' }], 'the grant waited for the change')
+
+    // The grant first: the change waits for it, then updates it.
+    await pool.query('DELETE FROM grants')
+    await second.query(`BEGIN; ${grant}`)
+    const changed = first.query("UPDATE permissions SET description = 'newer' WHERE id = 'race-p'")
+    await waitingOrDone(first, changed)
+    await second.query('COMMIT')
+    await changed
+    t.same(await described(), [{ permission_description: 'newer' }], 'the change reached the grant committed before it')
+  } finally {
+    first.release()
+    second.release()
+  }
+})
+
+t.test('descriptions are at most 255 characters → otherwise 23514, whatever the characters', async (t) => {
+  await sql("INSERT INTO resources (id) VALUES ('long-api')")
+  const insert = (id: string, description: string) =>
+    sql("INSERT INTO permissions (id, resource_id, name, description) VALUES ($1, 'long-api', 'read:' || $1, $2)", [id, description])
+  for (const [index, description] of ['x'.repeat(256), '😀'.repeat(256), 'é'.repeat(10_000)].entries()) {
+    await t.rejects(insert(`long-${index}`, description), { code: '23514', constraint: 'permission_description_length' }, `${description.length} UTF-16 units`)
+  }
+  await t.resolves(insert('long-ok', 'x'.repeat(255)))
+  await t.resolves(insert('long-4-byte', '😀'.repeat(255)), '255 characters outside the BMP')
+  await t.rejects(sql("UPDATE permissions SET description = repeat('y', 256) WHERE id = 'long-ok'"),
+    { code: '23514', constraint: 'permission_description_length' }, 'an update too')
+  // The longest description, in a grant: its index entries fit.
+  await sql("INSERT INTO clients (id) VALUES ('long-app')")
+  await sql("INSERT INTO authorizations (resource_id, client_id) VALUES ('long-api', 'long-app')")
+  await t.resolves(authorizeClient(db, 'long-api', 'long-app', ['long-ok', 'long-4-byte']), 'granted')
+})
+
+t.test('migration 0003 gives the grants of an existing database their descriptions', async (t) => {
+  const url = await createTestDatabase(t)
+  const pool = new pg.Pool({ connectionString: url, max: 1 })
+  pool.on('error', () => {}) // the database is dropped with FORCE at teardown
+  t.teardown(() => pool.end())
+  // The database as it was before 0003.
+  const before = t.testdir(Object.fromEntries(['0001_create_permissions.sql', '0002_page_scaling.sql'].map((file) =>
+    [file, readFileSync(join(migrationsDir, file), 'utf8')])))
+  const client = await pool.connect()
+  try {
+    await migrate({ client }, before)
+  } finally {
+    client.release()
+  }
+  await pool.query(`
+    INSERT INTO resources (id) VALUES ('old-api');
+    INSERT INTO clients (id) VALUES ('old-app');
+    INSERT INTO permissions (id, resource_id, name, description) VALUES
+      ('old-1', 'old-api', 'read:one', 'one'), ('old-2', 'old-api', 'read:two', NULL), ('old-3', 'old-api', 'read:three', 'three');
+    INSERT INTO authorizations (resource_id, client_id) VALUES ('old-api', 'old-app');
+    INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('old-api', 'old-app', 'old-1'), ('old-api', 'old-app', 'old-2')`)
+  t.same(await migrateDatabase(pool), ['0003_description_on_grant.sql'])
+  t.same((await pool.query('SELECT permission_id, permission_description FROM grants ORDER BY permission_id')).rows,
+    [{ permission_id: 'old-1', permission_description: 'one' }, { permission_id: 'old-2', permission_description: null }])
+  t.same((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows, [{ n: 2 }], 'the count is untouched')
+  await pool.query("UPDATE permissions SET description = 'uno' WHERE id = 'old-1'")
+  t.same(await describedAmiss(pool, 'old-api'), [], 'and kept from then on')
+})
+
+t.test('the bench loader\'s grants carry their permissions\' descriptions', async (t) => {
+  const pool = await migratedPool(t)
+  const scale = await loadScale(pool, 2_000)
+  t.equal(scale.grants, 2_000)
+  t.same(await describedAmiss(pool, RESOURCE_ID), [])
+  t.ok(await count('grants WHERE permission_description IS NULL') > 0, 'some permissions have none')
 })

@@ -116,6 +116,34 @@ t.test('db:seed run again with the same file succeeds and changes nothing', asyn
   t.same(await snapshot(), before, 'every row is as it was, names and descriptions included')
 })
 
+t.test('seeding again with new descriptions: the grants carry them, a description at the bound included', async (t) => {
+  const pool = new pg.Pool({ connectionString: await createTestDatabase(t), max: 1 })
+  pool.on('error', () => {}) // the database is dropped with FORCE at teardown
+  t.teardown(() => pool.end())
+  await migrateDatabase(pool)
+  await seedDatabase(pool, validDocument())
+  const granted = async () => (await pool.query(`
+    SELECT client_id, permission_id, permission_description FROM grants WHERE resource_id = 'orders-api' ORDER BY 1, 2`)).rows
+  t.same(await granted(), [
+    { client_id: 'billing-app', permission_id: 'p_create_orders', permission_description: null },
+    { client_id: 'billing-app', permission_id: 'p_read_orders', permission_description: 'Read orders' }
+  ])
+  const changed = validDocument()
+  changed.permissions![0].description = 'é'.repeat(255)
+  changed.permissions![1].description = 'Create orders'
+  changed.authorizations![2].permission_ids = ['p_read_orders']
+  await seedDatabase(pool, changed)
+  t.same(await granted(), [
+    { client_id: 'billing-app', permission_id: 'p_create_orders', permission_description: 'Create orders' },
+    { client_id: 'billing-app', permission_id: 'p_read_orders', permission_description: 'é'.repeat(255) },
+    { client_id: 'warehouse-app', permission_id: 'p_read_orders', permission_description: 'é'.repeat(255) }
+  ])
+  delete changed.permissions![0].description
+  await seedDatabase(pool, changed)
+  t.same((await pool.query("SELECT DISTINCT permission_description FROM grants WHERE permission_id = 'p_read_orders'")).rows,
+    [{ permission_description: null }], 'a description left out of the file is removed from the grants too')
+})
+
 t.test('db:seed refuses a bad file, says which entry is wrong and loads nothing of it', async (t) => {
   // A database already holding the valid document: a refused file must leave it exactly as is.
   const url = await createTestDatabase(t)
@@ -152,6 +180,11 @@ t.test('db:seed refuses a bad file, says which entry is wrong and loads nothing 
         authorizations: [{ resource_id: 'new-api' }]
       }),
       stderr: ['/clients/0/id must NOT have more than 255 characters', '/permissions/0/name must match pattern', "/authorizations/0 must have required property 'client_id'"]
+    },
+    {
+      name: 'a description longer than 255 characters (the spec\'s bound)',
+      content: JSON.stringify({ ...fresh, permissions: [{ ...fresh.permissions[0], description: 'd'.repeat(256) }] }),
+      stderr: ['/permissions/0/description must NOT have more than 255 characters']
     },
     {
       name: 'a document that is not an object',
@@ -270,7 +303,7 @@ t.test('db:migrate applies the migrations to a fresh database, then says it is u
   const url = await createTestDatabase(t)
   const first = await cli('db-migrate.ts', [], url)
   t.equal(first.code, 0, first.stderr)
-  t.match(first.stdout, /^Applied: .*0001_create_permissions\.sql.*0002_page_scaling\.sql$/m)
+  t.match(first.stdout, /^Applied: .*0001_create_permissions\.sql.*0002_page_scaling\.sql.*0003_description_on_grant\.sql$/m)
   t.same(await counts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'the tables exist')
   const second = await cli('db-migrate.ts', [], url)
   t.equal(second.code, 0, second.stderr)

@@ -1,6 +1,6 @@
 import { request } from 'node:http'
 import t from 'tap'
-import { ordersFixture, ordersPath } from '../fixtures.js'
+import { compareListed, ordersFixture, ordersPath, shelfFixture, type SortKey } from '../fixtures.js'
 import { build } from '../helper.js'
 import { readToken } from '../tokens.js'
 
@@ -279,5 +279,34 @@ t.test('list statements are prepared and planned once per connection, never re-p
     }
   } finally {
     client.release()
+  }
+})
+
+t.test('every description order, ties and missing descriptions included, pages front, middle, back and past the end', async (t) => {
+  const shelf = shelfFixture()
+  await harness.seed(shelf)
+  const held = new Set(shelf.authorizations![0].permission_ids)
+  const permissions = shelf.permissions!.filter(({ id }) => held.has(id))
+    .map(({ id, name, description }) => (description === undefined ? { id, name } : { id, name, description }))
+  const orders: SortKey[][] = []
+  for (const first of ['asc', 'desc'] as const) {
+    orders.push([['description', first]])
+    for (const property of ['id', 'name'] as const) {
+      for (const second of ['asc', 'desc'] as const) orders.push([['description', first], [property, second]])
+    }
+  }
+  // Keys after a unique one change nothing.
+  orders.push([['description', 'desc'], ['name', 'asc'], ['id', 'desc']], [['name', 'desc'], ['description', 'asc']])
+  for (const keys of orders) {
+    const sortBy = keys.map(([property, direction]) => `${property}.${direction}`).join(',')
+    const expected = [...permissions].sort((a, b) => compareListed(a, b, keys))
+    for (const limit of [5, 8]) {
+      // 37 grants: pages in the front half are read forwards, the others backwards from the end.
+      for (let page = 0; page <= Math.ceil(permissions.length / limit); page++) {
+        const res = await list(`?limit=${limit}&offset=${page}&sort_by=${sortBy}`, ordersPath('shelf-app', 'shelf-api'))
+        t.equal(res.status, 200)
+        t.strictSame(res.body, expected.slice(limit * page, limit * (page + 1)), `${sortBy}, limit ${limit}, page ${page}`)
+      }
+    }
   }
 })
