@@ -6,7 +6,8 @@
 //   DATABASE_URL   a PostgreSQL server to use (a database is created in it and dropped); else embedded
 //   BENCH_SCALES   grants in the database, comma-separated (default 10000,1000000,10000000)
 //   BENCH_SECONDS  seconds per measurement (default 5), after a 1 s warm-up
-//   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0")
+//   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0", "overload")
+//   DATABASE_CONNECTION_WAIT_MS  passed to the service; the overload scenario checks shed answers against it
 //   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
 //                  written to reports/bench/ (service.cpuprofile, profile.txt)
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -26,6 +27,7 @@ import { parseSortBy } from '../src/routes/permissions/list.js'
 import { projectRoot } from '../src/project-root.js'
 import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
+import { connectionWaitOf, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
 import type { CeilingPages } from './bench/http-ceiling.js'
 import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
 import { summarizeProfile } from './bench/profile.js'
@@ -320,19 +322,24 @@ try {
   const servicePort = await freePort()
   service.url = `http://127.0.0.1:${servicePort}`
   const profileArgs = PROFILE ? ['--cpu-prof', '--cpu-prof-dir', join(work, 'profile')] : []
-  const serviceProcess = await startProcess([...profileArgs, 'dist/src/server.js'], {
+  const serviceEnv = {
     NODE_ENV: 'production',
     DATABASE_URL: databaseUrl,
     JWT_PUBLIC_KEY: keys.publicKey,
     LOG_LEVEL: 'warn',
     HOST: '127.0.0.1',
-    PORT: String(servicePort)
-  }, async () => (await fetch(`${service.url}/readyz`)).ok)
+    PORT: String(servicePort),
+    // The bounded wait for a pooled connection, when the bench is given one (else the service's default).
+    ...(process.env.DATABASE_CONNECTION_WAIT_MS ? { DATABASE_CONNECTION_WAIT_MS: process.env.DATABASE_CONNECTION_WAIT_MS } : {})
+  }
+  const { poolMax, ...connectionWait } = connectionWaitOf({ ...process.env, ...serviceEnv })
+  const serviceProcess = await startProcess([...profileArgs, 'dist/src/server.js'], serviceEnv, async () => (await fetch(`${service.url}/readyz`)).ok)
   service.pid = serviceProcess.pid!
   const rssTimer = watchRss(service.pid)
 
   console.log(columns.join(' | '))
   let scale: Scale | undefined
+  let overload: OverloadReport | undefined
   for (const grants of SCALES) {
     const started = Date.now()
     scale = await loadScale(db, grants)
@@ -359,6 +366,12 @@ try {
       await measureRejections(scale)
     }
     await stopProcess(ceilingProcess)
+    // Last: it leaves the service loaded with requests it may still be working off.
+    if (grants === SCALES.at(-1) && selected(OVERLOAD_SCENARIO)) {
+      overload = await measureOverload({
+        serviceUrl: service.url, headers: readHeaders, scale, seconds: SECONDS, connectionWait, poolMax, log: (line) => console.error(line)
+      })
+    }
   }
   clearInterval(rssTimer)
 
@@ -368,11 +381,13 @@ try {
     connections: CONNECTIONS,
     secondsPerMeasurement: SECONDS,
     serviceRssPeakMiB: Math.round(rssPeak / 2 ** 20),
-    rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) }))
+    rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) })),
+    overload
   }
   await mkdir(reportFolder, { recursive: true })
   await writeFile(join(reportFolder, 'latest.json'), JSON.stringify(report, null, 2))
   console.log(`\n${markdownTable()}\n\nservice RSS peak: ${report.serviceRssPeakMiB} MiB. JSON: reports/bench/latest.json`)
+  if (overload) console.log(`\n${overloadSummary(overload)}`)
   if (PROFILE) {
     await stopProcess(serviceProcess)
     const [written] = await readdir(join(work, 'profile'))
