@@ -383,12 +383,13 @@ try {
     secondsPerMeasurement: SECONDS,
     serviceRssPeakMiB: Math.round(rssPeak / 2 ** 20),
     rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) })),
-    overload
+    overload: overload && { ...overload, markdown: overloadSummary(overload) }
   }
   await mkdir(reportFolder, { recursive: true })
   await writeFile(join(reportFolder, 'latest.json'), JSON.stringify(report, null, 2))
-  console.log(`\n${markdownTable()}\n\nservice RSS peak: ${report.serviceRssPeakMiB} MiB. JSON: reports/bench/latest.json`)
-  if (overload) console.log(`\n${overloadSummary(overload)}`)
+  if (rows.length > 0) console.log(`\n${markdownTable()}`)
+  if (overload) console.log(`\n${report.overload!.markdown}`)
+  console.log(`\nservice RSS peak: ${report.serviceRssPeakMiB} MiB. JSON: reports/bench/latest.json`)
   if (PROFILE) {
     await stopProcess(serviceProcess)
     const [written] = await readdir(join(work, 'profile'))
