@@ -13,7 +13,7 @@
 // at 2 s). Here each connection stops sending at the end of the run and waits for the answer to
 // the request it has in flight (10 s at most): every request sent is counted, with its outcome.
 import { Agent, request as httpRequest } from 'node:http'
-import { performance } from 'node:perf_hooks'
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { loadConfig } from '../../src/config.js'
 import { BIG_CLIENT, RESOURCE_ID, type Scale } from './data.js'
@@ -191,6 +191,11 @@ export interface OverloadRun {
   errors: number
   /** How long the last answers took to come after the end of the run. */
   tailMs: number
+  /**
+   * The load generator's own event-loop delay during the run (max): every latency measured here
+   * includes up to this much of the bench's own lateness in noticing an answer.
+   */
+  benchLagMs: number
   readyz?: ReadyzSamples
 }
 
@@ -215,6 +220,8 @@ async function loadRun (options: {
   let okInTime = 0
   let other5xx = 0
   let errors = 0
+  const lag = monitorEventLoopDelay({ resolution: 10 })
+  lag.enable()
   const started = performance.now()
   const end = started + seconds * 1000
   // Bounded by time and by count: no connection sends more than one request per millisecond.
@@ -242,6 +249,7 @@ async function loadRun (options: {
     : undefined
   await finished
   const tailMs = performance.now() - end
+  lag.disable()
   agent.destroy()
   okMs.sort((a, b) => a - b)
   shedMs.sort((a, b) => a - b)
@@ -258,6 +266,7 @@ async function loadRun (options: {
     other5xx,
     errors,
     tailMs: Math.max(0, tailMs),
+    benchLagMs: lag.max / 1e6,
     readyz: readyz && await readyz
   }
 }
@@ -409,7 +418,7 @@ function overloadGoals (report: Omit<OverloadReport, 'goals'>): OverloadGoal[] {
     {
       goal: '8×: /readyz 200 on every sample',
       pass: all((run) => run.readyz !== undefined && run.readyz.samples > 0 && run.readyz.ok === run.readyz.samples),
-      measured: each((run) => run.readyz ? `${run.readyz.ok}/${run.readyz.samples}` : 'not sampled')
+      measured: each((run) => run.readyz ? `${run.readyz.ok}/${run.readyz.samples} (max ${fixed(run.readyz.maxMs)} ms)` : 'not sampled')
     }
   ]
 }
@@ -417,7 +426,7 @@ function overloadGoals (report: Omit<OverloadReport, 'goals'>): OverloadGoal[] {
 const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 
 const overloadColumns = ['order', 'conns', 'load', 'goodput/s', '÷sat', '200 p50 ms', '200 p99 ms', 'shed', 'shed p99 ms', 'shed max ms',
-  'other 5xx', 'no answer', 'statuses', 'readyz 200/n', 'readyz max ms']
+  'other 5xx', 'no answer', 'statuses', 'readyz 200/n', 'readyz max ms', 'bench lag ms']
 
 function overloadCells (run: OverloadRun): string[] {
   const statuses = Object.entries(run.statuses).sort((a, b) => b[1] - a[1]).map(([key, count]) => `${key}: ${count}`).join(', ')
@@ -427,7 +436,8 @@ function overloadCells (run: OverloadRun): string[] {
     fixed(run.goodput), fixed(run.goodputRatio, 2), fixed(run.okP50), fixed(run.okP99),
     String(run.shed), fixed(run.shedP99), fixed(run.shedMax), String(run.other5xx), String(run.errors), statuses || '—',
     run.readyz ? `${run.readyz.ok}/${run.readyz.samples}${readyzFailures ? ` (${readyzFailures})` : ''}` : '—',
-    run.readyz ? fixed(run.readyz.maxMs) : '—'
+    run.readyz ? fixed(run.readyz.maxMs) : '—',
+    fixed(run.benchLagMs)
   ]
 }
 
