@@ -49,7 +49,7 @@ const ASSUMED_WAIT_MS = 1000
  * The wait only bounds the time a request spends queued for a pooled connection. A shed answer's
  * latency, as the load generator sees it, also holds the time before the handler asks the pool
  * (the request waits for the service's event loop to read it, parse it and check its token) and
- * after (the problem is serialized and written, and autocannon's own event loop must read it), on
+ * after (the problem is serialized and written, and the bench's own event loop must read it), on
  * two cores that the service, PostgreSQL and the load share. Measured here on the service before
  * the shedding change (a 5,000 ms wait, description order at 8×), shed answers came 5,043 ms after
  * they were sent: 43 ms over. 200 ms is a few times that overhead and a fifth of the default wait.
@@ -99,16 +99,19 @@ const overloadPath = (sortBy: string, page: number) =>
   `/resources/${RESOURCE_ID}/authorized_clients/${BIG_CLIENT}/permissions?limit=${LIMIT}&offset=${page}&sort_by=${sortBy}`
 
 // ---------------------------------------------------------------------------------------------
-// Small HTTP client for the probes: one keep-alive connection of their own, a timeout each.
+// A small HTTP client: keep-alive connections of an Agent, a timeout per request.
 
 interface Answer { status: number | 'timeout' | 'error', ms: number, body: string }
 
 /** One GET; the body is kept for answers other than 2xx (problems), read and dropped otherwise. */
 function get (url: string, agent: Agent, timeoutMs: number, headers: Record<string, string> = {}): Promise<Answer> {
   const started = performance.now()
+  const signal = AbortSignal.timeout(timeoutMs)
   return new Promise((resolve) => {
+    // The first of these settles the answer; a timeout may cut a response halfway through its body.
     const done = (status: Answer['status'], body = '') => resolve({ status, ms: performance.now() - started, body })
-    const req = httpRequest(url, { agent, headers, signal: AbortSignal.timeout(timeoutMs) }, (res) => {
+    const failed = () => done(signal.aborted ? 'timeout' : 'error')
+    const req = httpRequest(url, { agent, headers, signal }, (res) => {
       const status = res.statusCode ?? 0
       let body = ''
       if (status >= 200 && status < 300) {
@@ -118,9 +121,10 @@ function get (url: string, agent: Agent, timeoutMs: number, headers: Record<stri
         res.on('data', (chunk: string) => { body += chunk })
       }
       res.on('end', () => done(status, body))
-      res.on('error', () => done('error'))
+      res.on('error', failed)
+      res.on('close', () => { if (!res.complete) failed() })
     })
-    req.on('error', (error) => done(error.name === 'AbortError' || error.name === 'TimeoutError' ? 'timeout' : 'error'))
+    req.on('error', failed)
     req.end()
   })
 }
@@ -170,7 +174,7 @@ async function sampleReadyz (url: string, stop: Promise<unknown>, maxSamples: nu
 }
 
 // ---------------------------------------------------------------------------------------------
-// One load run: autocannon, every answer's status, problem type and latency.
+// One load run: every answer's status, problem type and latency.
 
 export interface OverloadRun {
   sortBy: string
