@@ -51,6 +51,11 @@ const admin = new pg.Pool({ connectionString: server.url, max: 1 })
 await admin.query(`CREATE DATABASE ${databaseName}`)
 const databaseUrl = Object.assign(new URL(server.url), { pathname: `/${databaseName}` }).toString()
 const db = new pg.Pool({ connectionString: databaseUrl, max: 2 })
+// pool.end() resolves before its connections have closed, so the clean-up's DROP DATABASE … WITH
+// (FORCE) and the server's stop can still terminate one (57P01): an 'error' on the pool that,
+// unhandled, crashed the bench after its report was written, with exit status 1.
+let stopping = false
+for (const pool of [admin, db]) pool.on('error', (error) => { if (!stopping) console.warn(`database connection lost: ${error.message}`) })
 const children: ChildProcess[] = []
 
 /** SIGTERM, then the exit (a profiled service writes its profile on the way out). */
@@ -62,6 +67,7 @@ async function stopProcess (child: ChildProcess): Promise<void> {
 }
 
 async function cleanUp () {
+  stopping = true
   await Promise.all(children.map(stopProcess))
   await db.end().catch(() => {})
   await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`).catch(() => {})
