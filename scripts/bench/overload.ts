@@ -47,12 +47,16 @@ const REQUEST_TIMEOUT_MS = 10_000
 const ASSUMED_WAIT_MS = 1000
 /**
  * The wait only bounds the time a request spends queued for a pooled connection. A shed answer's
- * latency, as the load generator sees it, also holds the time before the handler asks the pool
- * (the request waits for the service's event loop to read it, parse it and check its token) and
- * after (the problem is serialized and written, and the bench's own event loop must read it), on
- * two cores that the service, PostgreSQL and the load share. Measured here on the service before
- * the shedding change (a 5,000 ms wait, description order at 8×), shed answers came 5,043 ms after
- * they were sent: 43 ms over. 200 ms is a few times that overhead and a fifth of the default wait.
+ * latency, as the bench sees it, also holds the time before the handler asks the pool (the
+ * service's event loop reads the request, parses it, checks its token), the time after (the
+ * problem is serialized and written), and the bench's own lateness in reading it, on two cores
+ * that the service, PostgreSQL and the load share. The bench's part is measured in each run (its
+ * event-loop delay, max) and added to the bound; the service's part gets this slack: a fifth of
+ * the default wait, for a request that does nothing but wait and answer a small problem. On the
+ * service before the shedding change (a 5,000 ms wait) shed answers came 43–1,849 ms late, more
+ * the more connections (64: 43–179 ms, 512: 1,849 ms, with the bench's own delay ≤ 312 ms): its
+ * event loop, busy writing 500-row pages for hundreds of connections, reads new requests and fires
+ * pg-pool's timer late. That part is the service's to keep small, so it is not in the slack.
  */
 export const SHED_SLACK_MS = 200
 /** After a run, the requests still queued in the service are waited out, for at most this long. */
@@ -397,7 +401,7 @@ function overloadGoals (report: Omit<OverloadReport, 'goals'>): OverloadGoal[] {
   const each = (value: (run: OverloadRun) => string) =>
     at8.map(({ order, run }) => `${order} ${run ? value(run) : 'not run'}`).join(', ')
   const all = (test: (run: OverloadRun) => boolean) => at8.length > 0 && at8.every(({ run }) => run !== undefined && test(run))
-  const bound = report.connectionWait.ms + report.shedSlackMs
+  const bound = (run: OverloadRun) => report.connectionWait.ms + report.shedSlackMs + run.benchLagMs
   return [
     {
       goal: '8×: goodput ≥ 0.8 × saturated',
@@ -415,9 +419,9 @@ function overloadGoals (report: Omit<OverloadReport, 'goals'>): OverloadGoal[] {
       measured: each((run) => `${run.other5xx} other 5xx, ${run.errors} unanswered`)
     },
     {
-      goal: `8×: every shed request answered within the wait (${report.connectionWait.ms} + ${report.shedSlackMs} ms slack)`,
-      pass: all((run) => (run.shedMax ?? 0) <= bound),
-      measured: each((run) => run.shed === 0 ? 'none shed' : `max ${fixed(run.shedMax)} ms`)
+      goal: `8×: every shed request answered within the wait (${report.connectionWait.ms} ms + ${report.shedSlackMs} ms slack + the bench's own lag)`,
+      pass: all((run) => (run.shedMax ?? 0) <= bound(run)),
+      measured: each((run) => run.shed === 0 ? 'none shed' : `max ${fixed(run.shedMax)} ms of ${fixed(bound(run))}`)
     },
     {
       goal: '8×: /readyz 200 on every sample',
