@@ -8,6 +8,7 @@
 //   BENCH_SECONDS  seconds per measurement (default 5), after a 1 s warm-up
 //   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0", "overload")
 //   DATABASE_CONNECTION_WAIT_MS  passed to the service; the overload scenario checks shed answers against it
+//   BENCH_OVERLOAD_CONNECTIONS   the overload scenario's saturating count, given ("8", "name.asc=4,id.desc=8")
 //   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
 //                  written to reports/bench/ (service.cpuprofile, profile.txt)
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -27,7 +28,7 @@ import { parseSortBy } from '../src/routes/permissions/list.js'
 import { projectRoot } from '../src/project-root.js'
 import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
-import { connectionWaitOf, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
+import { connectionWaitOf, givenConnections, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
 import type { CeilingPages } from './bench/http-ceiling.js'
 import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
 import { summarizeProfile } from './bench/profile.js'
@@ -38,6 +39,7 @@ const SCALES = (process.env.BENCH_SCALES ?? '10000,1000000,10000000').split(',')
 const DELETE_BATCH_SIZES = [50, 500]
 const ONLY = process.env.BENCH_ONLY ?? ''
 const PROFILE = Boolean(process.env.BENCH_PROFILE)
+const OVERLOAD_CONNECTIONS = givenConnections(process.env.BENCH_OVERLOAD_CONNECTIONS)
 const selected = (scenario: string) => scenario.includes(ONLY)
 const reportFolder = join(projectRoot, 'reports', 'bench')
 
@@ -376,7 +378,14 @@ try {
     // Last: it leaves the service loaded with requests it may still be working off.
     if (grants === SCALES.at(-1) && selected(OVERLOAD_SCENARIO)) {
       overload = await measureOverload({
-        serviceUrl: service.url, headers: readHeaders, scale, seconds: SECONDS, connectionWait, poolMax, log: (line) => console.error(line)
+        serviceUrl: service.url,
+        headers: readHeaders,
+        scale,
+        seconds: SECONDS,
+        connectionWait,
+        poolMax,
+        connections: OVERLOAD_CONNECTIONS,
+        log: (line) => console.error(line)
       })
     }
   }

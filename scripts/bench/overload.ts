@@ -64,6 +64,25 @@ const SETTLE_MAX_MS = 30_000
 
 export interface ConnectionWait { ms: number, source: string }
 
+/**
+ * BENCH_OVERLOAD_CONNECTIONS: the saturating count, given instead of searched for: "8" for every
+ * order, or "name.asc=4,id.desc=8,description.desc=4". To compare two builds (before and after a
+ * change) at the same connection counts, since on a shared machine the search can land elsewhere.
+ */
+export function givenConnections (text: string | undefined): (sortBy: string) => number | undefined {
+  const entries = (text ?? '').split(',').map((part) => part.trim()).filter(Boolean)
+  const parsed = entries.map((entry) => {
+    const [order, count] = entry.includes('=') ? entry.split('=') : ['*', entry]
+    const value = Number(count)
+    if (!Number.isInteger(value) || value < 1 || value > MAX_RAMP_CONNECTIONS) {
+      throw new Error(`BENCH_OVERLOAD_CONNECTIONS: "${entry}" is not a count from 1 to ${MAX_RAMP_CONNECTIONS} (optionally order=count)`)
+    }
+    return [order.trim(), value] as const
+  })
+  const counts = new Map(parsed)
+  return (sortBy) => counts.get(sortBy) ?? counts.get('*')
+}
+
 /** What a build without the setting does: pg-pool's connectionTimeoutMillis (plugins/db.ts). */
 const TODAY = ' and waits up to 5,000 ms for a connection'
 
@@ -286,6 +305,7 @@ export interface OverloadOrder {
   sortBy: string
   /** One request alone: the median of three. */
   aloneMs: number
+  /** The saturation search's steps; empty when the count was given. */
   ramp: { connections: number, goodput: number }[]
   saturatedConnections: number
   runs: OverloadRun[]
@@ -332,6 +352,8 @@ export async function measureOverload (options: {
   seconds: number
   connectionWait: ConnectionWait
   poolMax?: number
+  /** The saturating count per order when given (BENCH_OVERLOAD_CONNECTIONS), else searched for. */
+  connections?: (sortBy: string) => number | undefined
   log?: (line: string) => void
 }): Promise<OverloadReport> {
   const { serviceUrl, headers, scale, seconds, connectionWait, log = () => {} } = options
@@ -355,10 +377,12 @@ export async function measureOverload (options: {
     // more than 5 % over the best step so far; stop after two steps in a row that do not (one
     // noisy step does not end the search), or at a step answered with anything but 200s (past
     // capacity already). Then take the smallest count within SATURATED_SHARE of the best step.
+    const given = options.connections?.(sortBy)
     const ramp: OverloadOrder['ramp'] = []
     let best = 0
     let flat = 0
-    for (let connections = 1; connections <= MAX_RAMP_CONNECTIONS && flat < 2; connections *= 2) {
+    const rampTo = given === undefined ? MAX_RAMP_CONNECTIONS : 0
+    for (let connections = 1; connections <= rampTo && flat < 2; connections *= 2) {
       const run = await loadRun({ serviceUrl, path, headers, connections, seconds: RAMP_SECONDS, readyz: false })
       ramp.push({ connections, goodput: run.goodput })
       log(`# overload ${sortBy}: ${connections} connections → ${run.goodput.toFixed(1)} 200s/s`)
@@ -366,7 +390,7 @@ export async function measureOverload (options: {
       best = Math.max(best, run.goodput)
       if (Object.keys(run.statuses).some((key) => key !== '200')) break
     }
-    const saturatedConnections = ramp.find((step) => step.goodput >= SATURATED_SHARE * best)!.connections
+    const saturatedConnections = given ?? ramp.find((step) => step.goodput >= SATURATED_SHARE * best)!.connections
     const order: OverloadOrder = { sortBy, aloneMs, ramp, saturatedConnections, runs: [] }
     orders.push(order)
     for (const multiple of MULTIPLES) {
@@ -456,7 +480,8 @@ export function overloadSummary (report: OverloadReport): string {
     `Overload: GET ${report.path}, ${report.seconds} s per run, /readyz every ${READYZ_INTERVAL_MS} ms (${READYZ_TIMEOUT_MS} ms timeout); ` +
       `connection wait ${report.connectionWait.ms} ms (${report.connectionWait.source}); pool of ${report.poolMax ?? '?'} connections; ` +
       `saturation: ${report.orders.map((order) => `${order.sortBy} ${order.saturatedConnections} connections ` +
-        `(ramp ${order.ramp.map((step) => `${step.connections}→${step.goodput.toFixed(1)}`).join(' ')}; alone ${order.aloneMs.toFixed(0)} ms)`).join(', ')}; ` +
+        `(${order.ramp.length ? `ramp ${order.ramp.map((step) => `${step.connections}→${step.goodput.toFixed(1)}`).join(' ')}` : 'given'}; ` +
+        `alone ${order.aloneMs.toFixed(0)} ms)`).join(', ')}; ` +
       `${report.durationSeconds} s in all`,
     '',
     `| ${overloadColumns.join(' | ')} |`,
