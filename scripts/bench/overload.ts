@@ -113,8 +113,8 @@ export function connectionWaitOf (env: Record<string, string | undefined>): Conn
  * from its end, so page 0 and the deepest page both cost a page's worth of index entries; the
  * middle page skips the most (50,000 of 100,000 for name and id order) and is the costliest page
  * an order served by an index has. Sorting by description reads and sorts all the grants whatever
- * the page. The heavier the request, the longer it holds its pooled connection: the pool, not
- * the service's CPU, is what saturates, which is what the connection wait is about.
+ * the page. The heavier the request, the longer it holds its pooled connection and the longer the
+ * queue for the pool grows under overload: that queue is what the connection wait bounds.
  */
 export const overloadPage = (scale: Scale) => Math.floor(Math.ceil(scale.bigGrants / LIMIT) / 2)
 
