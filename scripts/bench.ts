@@ -6,7 +6,9 @@
 //   DATABASE_URL   a PostgreSQL server to use (a database is created in it and dropped); else embedded
 //   BENCH_SCALES   grants in the database, comma-separated (default 10000,1000000,10000000)
 //   BENCH_SECONDS  seconds per measurement (default 5), after a 1 s warm-up
-//   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0")
+//   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0", "overload")
+//   DATABASE_CONNECTION_WAIT_MS  passed to the service; the overload scenario checks shed answers against it
+//   BENCH_OVERLOAD_CONNECTIONS   the overload scenario's saturating count, given ("8", "name.asc=4,id.desc=8")
 //   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
 //                  written to reports/bench/ (service.cpuprofile, profile.txt)
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -26,6 +28,7 @@ import { parseSortBy } from '../src/routes/permissions/list.js'
 import { projectRoot } from '../src/project-root.js'
 import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
+import { connectionWaitOf, givenConnections, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
 import type { CeilingPages } from './bench/http-ceiling.js'
 import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
 import { summarizeProfile } from './bench/profile.js'
@@ -36,6 +39,7 @@ const SCALES = (process.env.BENCH_SCALES ?? '10000,1000000,10000000').split(',')
 const DELETE_BATCH_SIZES = [50, 500]
 const ONLY = process.env.BENCH_ONLY ?? ''
 const PROFILE = Boolean(process.env.BENCH_PROFILE)
+const OVERLOAD_CONNECTIONS = givenConnections(process.env.BENCH_OVERLOAD_CONNECTIONS)
 const selected = (scenario: string) => scenario.includes(ONLY)
 const reportFolder = join(projectRoot, 'reports', 'bench')
 
@@ -49,6 +53,11 @@ const admin = new pg.Pool({ connectionString: server.url, max: 1 })
 await admin.query(`CREATE DATABASE ${databaseName}`)
 const databaseUrl = Object.assign(new URL(server.url), { pathname: `/${databaseName}` }).toString()
 const db = new pg.Pool({ connectionString: databaseUrl, max: 2 })
+// pool.end() resolves before its connections have closed, so the clean-up's DROP DATABASE … WITH
+// (FORCE) and the server's stop can still terminate one (57P01): an 'error' on the pool that,
+// unhandled, crashed the bench after its report was written, with exit status 1.
+let stopping = false
+for (const pool of [admin, db]) pool.on('error', (error) => { if (!stopping) console.warn(`database connection lost: ${error.message}`) })
 const children: ChildProcess[] = []
 
 /** SIGTERM, then the exit (a profiled service writes its profile on the way out). */
@@ -60,6 +69,7 @@ async function stopProcess (child: ChildProcess): Promise<void> {
 }
 
 async function cleanUp () {
+  stopping = true
   await Promise.all(children.map(stopProcess))
   await db.end().catch(() => {})
   await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`).catch(() => {})
@@ -267,12 +277,13 @@ ROLLBACK;
 
 async function measureRejections (scale: Scale): Promise<void> {
   const path = listPath(SMALL_CLIENT)
-  const httpRun = await load({ url: `${ceiling.url}/unauthorized`, expect: 401 })
-  for (const [scenario, headers, status] of [
+  const scenarios = ([
     ['GET without a token → 401', {}, 401],
     ['GET without the scope → 403', { authorization: bearer('delete:resource') }, 403]
-  ] as const) {
-    if (!selected(scenario)) continue
+  ] as const).filter(([scenario]) => selected(scenario))
+  if (scenarios.length === 0) return
+  const httpRun = await load({ url: `${ceiling.url}/unauthorized`, expect: 401 })
+  for (const [scenario, headers, status] of scenarios) {
     const serviceRun = await load({ url: service.url + path, headers, expect: status })
     rows.push({ scenario, grants: scale.grants, service: serviceRun, httpCeiling: httpRun.reqPerSec })
     printRow(rows.at(-1)!)
@@ -320,19 +331,24 @@ try {
   const servicePort = await freePort()
   service.url = `http://127.0.0.1:${servicePort}`
   const profileArgs = PROFILE ? ['--cpu-prof', '--cpu-prof-dir', join(work, 'profile')] : []
-  const serviceProcess = await startProcess([...profileArgs, 'dist/src/server.js'], {
+  const serviceEnv = {
     NODE_ENV: 'production',
     DATABASE_URL: databaseUrl,
     JWT_PUBLIC_KEY: keys.publicKey,
     LOG_LEVEL: 'warn',
     HOST: '127.0.0.1',
-    PORT: String(servicePort)
-  }, async () => (await fetch(`${service.url}/readyz`)).ok)
+    PORT: String(servicePort),
+    // The bounded wait for a pooled connection, when the bench is given one (else the service's default).
+    ...(process.env.DATABASE_CONNECTION_WAIT_MS ? { DATABASE_CONNECTION_WAIT_MS: process.env.DATABASE_CONNECTION_WAIT_MS } : {})
+  }
+  const { poolMax, ...connectionWait } = connectionWaitOf({ ...process.env, ...serviceEnv })
+  const serviceProcess = await startProcess([...profileArgs, 'dist/src/server.js'], serviceEnv, async () => (await fetch(`${service.url}/readyz`)).ok)
   service.pid = serviceProcess.pid!
   const rssTimer = watchRss(service.pid)
 
   console.log(columns.join(' | '))
   let scale: Scale | undefined
+  let overload: OverloadReport | undefined
   for (const grants of SCALES) {
     const started = Date.now()
     scale = await loadScale(db, grants)
@@ -359,6 +375,19 @@ try {
       await measureRejections(scale)
     }
     await stopProcess(ceilingProcess)
+    // Last: it leaves the service loaded with requests it may still be working off.
+    if (grants === SCALES.at(-1) && selected(OVERLOAD_SCENARIO)) {
+      overload = await measureOverload({
+        serviceUrl: service.url,
+        headers: readHeaders,
+        scale,
+        seconds: SECONDS,
+        connectionWait,
+        poolMax,
+        connections: OVERLOAD_CONNECTIONS,
+        log: (line) => console.error(line)
+      })
+    }
   }
   clearInterval(rssTimer)
 
@@ -368,11 +397,14 @@ try {
     connections: CONNECTIONS,
     secondsPerMeasurement: SECONDS,
     serviceRssPeakMiB: Math.round(rssPeak / 2 ** 20),
-    rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) }))
+    rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) })),
+    overload: overload && { ...overload, markdown: overloadSummary(overload) }
   }
   await mkdir(reportFolder, { recursive: true })
   await writeFile(join(reportFolder, 'latest.json'), JSON.stringify(report, null, 2))
-  console.log(`\n${markdownTable()}\n\nservice RSS peak: ${report.serviceRssPeakMiB} MiB. JSON: reports/bench/latest.json`)
+  if (rows.length > 0) console.log(`\n${markdownTable()}`)
+  if (overload) console.log(`\n${report.overload!.markdown}`)
+  console.log(`\nservice RSS peak: ${report.serviceRssPeakMiB} MiB. JSON: reports/bench/latest.json`)
   if (PROFILE) {
     await stopProcess(serviceProcess)
     const [written] = await readdir(join(work, 'profile'))
