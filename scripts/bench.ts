@@ -152,10 +152,24 @@ const rows: Row[] = []
 // ---------------------------------------------------------------------------------------------
 // The scenarios.
 
-interface ListScenario { name: string, client: string, limit: number, page: (scale: Scale) => number, sortBy: string }
+interface ListScenario {
+  name: string
+  client: string
+  limit: number
+  page: (scale: Scale) => number
+  sortBy: string
+  /** A page in the back half: the best statement reads it from the end. */
+  fromEnd?: boolean
+}
+const deepestPage = (scale: Scale) => Math.ceil(scale.bigGrants / 500) - 1
+// Each order's page 0 and deepest page of the big client, to hold the deepest page to its page 0.
+const ORDERS = ['name.asc', 'id.desc', 'description.desc']
 const listScenarios: ListScenario[] = [
   { name: 'GET page 0, limit 50', client: SMALL_CLIENT, limit: 50, page: () => 0, sortBy: 'name.asc' },
-  { name: 'GET deepest page, limit 500', client: BIG_CLIENT, limit: 500, page: (scale) => Math.ceil(scale.bigGrants / 500) - 1, sortBy: 'name.asc' },
+  ...ORDERS.flatMap((sortBy) => [
+    { name: `GET ${sortBy} page 0, limit 500`, client: BIG_CLIENT, limit: 500, page: () => 0, sortBy },
+    { name: `GET ${sortBy} deepest page, limit 500`, client: BIG_CLIENT, limit: 500, page: deepestPage, sortBy, fromEnd: true }
+  ]),
   { name: 'GET two-key sort_by', client: SMALL_CLIENT, limit: 50, page: () => 0, sortBy: 'description.desc,name.asc' }
 ]
 
@@ -169,21 +183,34 @@ const search = (scenario: ListScenario, scale: Scale) =>
  */
 function idealListSql (scenario: ListScenario): string {
   const keys = parseSortBy(scenario.sortBy)
-  const fromEnd = scenario.client === BIG_CLIENT
-  if (keys[0].property === 'description') {
-    // Page 0, read backwards through grants_by_description_name_desc (migration 0003).
-    return `SELECT a.grant_count, g.permission_id, g.permission_name, g.permission_description
-      FROM authorizations a
-      LEFT JOIN LATERAL (SELECT permission_id, permission_name, permission_description FROM grants
-        WHERE resource_id = $1 AND client_id = $2 ORDER BY permission_description DESC, permission_name ASC LIMIT $3) g ON true
-      WHERE a.resource_id = $1 AND a.client_id = $2`
-  }
+  // Up to the first unique key (id, or name: unique per resource), else the id breaks ties.
+  const unique = keys.findIndex(({ property }) => property !== 'description')
+  const deciding = unique === -1 ? [...keys, { property: 'id' as const, direction: 'asc' as const }] : keys.slice(0, unique + 1)
+  const column = { id: 'permission_id', name: 'permission_name', description: 'permission_description' }
+  const flip = (direction: string) => scenario.fromEnd ? (direction === 'asc' ? 'DESC' : 'ASC') : direction.toUpperCase()
+  const order = deciding.map(({ property, direction }) => `${column[property]} ${flip(direction)}`).join(', ')
   return `SELECT a.grant_count, g.permission_id, g.permission_name, g.permission_description
     FROM authorizations a
     LEFT JOIN LATERAL (SELECT permission_id, permission_name, permission_description FROM grants
-      WHERE resource_id = $1 AND client_id = $2 ORDER BY permission_name ${fromEnd ? 'DESC' : 'ASC'}
-      LIMIT ${fromEnd ? 'a.grant_count - $3::bigint * $4::bigint' : '$3 OFFSET $3::bigint * $4::bigint'}) g ON true
+      WHERE resource_id = $1 AND client_id = $2 ORDER BY ${order}
+      LIMIT ${scenario.fromEnd ? 'a.grant_count - $3::bigint * $4::bigint' : '$3 OFFSET $3::bigint * $4::bigint'}) g ON true
     WHERE a.resource_id = $1 AND a.client_id = $2`
+}
+
+/** The goal for each order: its deepest page's p50 at most 2× its page 0's, at the same scale. */
+function deepestPageGoal (): string[] {
+  const lines: string[] = []
+  for (const grants of new Set(rows.map((row) => row.grants))) {
+    for (const sortBy of ORDERS) {
+      const first = rows.find((row) => row.grants === grants && row.scenario === `GET ${sortBy} page 0, limit 500`)
+      const deepest = rows.find((row) => row.grants === grants && row.scenario === `GET ${sortBy} deepest page, limit 500`)
+      if (!first || !deepest) continue
+      const ratio = deepest.service.p50 / first.service.p50
+      lines.push(`${ratio <= 2 ? 'PASS' : 'FAIL'}  deepest page p50 ≤ 2 × page 0 p50, ${sortBy} at ${grants} grants: ` +
+        `${deepest.service.p50} ÷ ${first.service.p50} ms = ${ratio.toFixed(2)}`)
+    }
+  }
+  return lines
 }
 
 const ceilingPages: CeilingPages = {}
@@ -402,7 +429,7 @@ try {
   }
   await mkdir(reportFolder, { recursive: true })
   await writeFile(join(reportFolder, 'latest.json'), JSON.stringify(report, null, 2))
-  if (rows.length > 0) console.log(`\n${markdownTable()}`)
+  if (rows.length > 0) console.log(`\n${markdownTable()}\n\n${deepestPageGoal().join('\n')}`)
   if (overload) console.log(`\n${report.overload!.markdown}`)
   console.log(`\nservice RSS peak: ${report.serviceRssPeakMiB} MiB. JSON: reports/bench/latest.json`)
   if (PROFILE) {
