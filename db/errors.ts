@@ -16,12 +16,12 @@ const unavailableCodes = new Set([
   'DATABASE_UNREACHABLE',
   'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE', 'ENOENT',
   '57P01', '57P02', '57P03', // admin_shutdown, crash_shutdown, cannot_connect_now
-  '53300', // too_many_connections
   '08000', '08001', '08003', '08004', '08006' // connection exceptions
 ])
 
 // A statement cancelled by statement_timeout: the server answered, in time to say it gave up.
 const STATEMENT_TIMEOUT = '57014'
+const TOO_MANY_CONNECTIONS = '53300'
 
 const codeOf = (error: unknown) => (error as { code?: unknown } | undefined)?.code
 
@@ -32,7 +32,7 @@ export function isDatabaseUnavailable (error: unknown): boolean {
   if (typeof code === 'string' && unavailableCodes.has(code)) return true
   // pg's own words for a connection that could not be made or was lost, and for a server that did
   // not answer a query at all within query_timeout (one that is alive cancels it sooner itself).
-  return /Connection terminated|Query read timeout/i.test(error.message)
+  return /Connection terminated|Query read timeout|encountered a connection error and is not queryable/i.test(error.message)
 }
 
 export type OverloadReason = 'connection_wait' | 'statement_timeout'
@@ -40,6 +40,8 @@ export type OverloadReason = 'connection_wait' | 'statement_timeout'
 /** Why a database error means overload, or undefined when it does not. */
 export function overloadReasonOf (error: unknown): OverloadReason | undefined {
   if (error instanceof ConnectionWaitTimeout) return 'connection_wait'
+  // too_many_connections: the server is there and refuses one more connection under load.
+  if (error instanceof Error && codeOf(error) === TOO_MANY_CONNECTIONS) return 'connection_wait'
   if (error instanceof Error && codeOf(error) === STATEMENT_TIMEOUT) return 'statement_timeout'
   return undefined
 }

@@ -23,11 +23,14 @@ export interface DatabasePoolOptions {
    * startup parameters): put them on the database role instead.
    */
   settings?: Record<string, string | number>
+  /** How long an idle connection is kept; 0 keeps it (pg-pool's default is 10 s). */
+  idleTimeoutMs?: number
 }
 
 // pg-pool's words when a queued request's wait runs out (a new connection that times out says
 // "Connection terminated due to connection timeout" instead).
 const QUEUE_WAIT_EXPIRED = 'timeout exceeded when trying to connect'
+const NEW_CONNECTION_TIMED_OUT = 'Connection terminated due to connection timeout'
 
 type ConnectCallback = (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: unknown) => void) => void
 
@@ -38,21 +41,23 @@ export class DatabasePool extends pg.Pool {
   lastUnreachableAt = -Infinity
   readonly #connectionWaitMs: number
 
-  constructor ({ connectionString, max, connectionWaitMs, queryTimeoutMs, settings = {} }: DatabasePoolOptions) {
+  constructor ({ connectionString, max, connectionWaitMs, queryTimeoutMs, settings = {}, idleTimeoutMs = 10_000 }: DatabasePoolOptions) {
     const options = Object.entries(settings).map(([name, value]) => `-c ${name}=${value}`).join(' ')
     super({
       connectionString,
       max,
       connectionTimeoutMillis: connectionWaitMs,
       query_timeout: queryTimeoutMs,
+      idleTimeoutMillis: idleTimeoutMs,
       ...(options ? { options } : {})
     })
     this.#connectionWaitMs = connectionWaitMs
     this.on('connect', () => this.#answered())
     this.on('release', (error?: Error) => {
-      // A DatabaseError is an answer too (a constraint, a cancelled statement).
-      if (!error || error instanceof pg.DatabaseError) this.#answered()
-      else if (isDatabaseUnavailable(error)) this.lastUnreachableAt = performance.now()
+      // Checked first: a server shutting down also answers with a DatabaseError (57P01).
+      if (error && isDatabaseUnavailable(error)) this.lastUnreachableAt = performance.now()
+      // Any other DatabaseError is an answer too (a constraint, a cancelled statement).
+      else if (!error || error instanceof pg.DatabaseError) this.#answered()
     })
   }
 
@@ -87,6 +92,11 @@ export class DatabasePool extends pg.Pool {
       return this.unreachable
         ? new DatabaseUnreachable(`no database connection within ${this.#connectionWaitMs} ms: the database could not be reached at the last attempt`, { cause: error })
         : new ConnectionWaitTimeout(`no pooled database connection became free within ${this.#connectionWaitMs} ms`, { cause: error })
+    }
+    // A new connection that timed out while others were answered just now: a database slow to
+    // take one more connection under load, not one that is gone.
+    if (error.message === NEW_CONNECTION_TIMED_OUT && performance.now() - this.lastAnsweredAt < this.#connectionWaitMs) {
+      return new ConnectionWaitTimeout(`no new database connection within ${this.#connectionWaitMs} ms while the database answers`, { cause: error })
     }
     if (isDatabaseUnavailable(error)) this.lastUnreachableAt = performance.now()
     return error

@@ -42,7 +42,9 @@ export default fp(async function db (fastify) {
     connectionString: DATABASE_URL,
     max: 1,
     connectionWaitMs: config.READINESS_TIMEOUT_MS,
-    queryTimeoutMs: config.READINESS_TIMEOUT_MS
+    queryTimeoutMs: config.READINESS_TIMEOUT_MS,
+    // Kept between probes (often 10 s apart): a new connection is what fails first under load.
+    idleTimeoutMs: 0
   })
   // An idle client that loses its connection (say, the server restarts) emits 'error' on the pool;
   // unhandled, that would crash the process. The pool drops the client and connects anew later.
@@ -73,22 +75,22 @@ export default fp(async function db (fastify) {
 }, { name: 'db', dependencies: ['env'] })
 
 /**
- * The readiness check: the database answers someone within `timeoutMs`. First `SELECT 1` on the
- * probe's own connection (concurrent checks share one); if that fails, while the pool has not
- * found the database unreachable, an answer to one of the pool's own queries in the same time will
- * do: a database that is slow or refuses one more connection under load is still there.
+ * The readiness check: the database answers someone within `timeoutMs`. `SELECT 1` on the probe's
+ * own connection (concurrent checks share one); meanwhile, unless the pool has found the database
+ * unreachable, an answer to one of the pool's own queries will do: a database that is slow, or
+ * refuses one more connection under load, is still there. One deadline bounds the whole check.
  */
 function readinessCheck (pool: DatabasePool, probePool: DatabasePool, timeoutMs: number): () => Promise<void> {
   let inFlight: Promise<void> | undefined
-  async function probe (): Promise<void> {
+  function probe (): Promise<void> {
     const started = performance.now()
-    try {
-      await ping(probePool)
-    } catch (error) {
-      if (pool.unreachable) throw error
-      const remaining = timeoutMs - (performance.now() - started)
-      if (!await pool.answersSince(started, Math.max(remaining, 0))) throw error
-    }
+    let failure: unknown = new Error(`the database answered nobody within ${timeoutMs} ms`)
+    const pinged = ping(probePool).then(() => true, (error: unknown) => { failure = error; return false })
+    const poolAnswered = pool.answersSince(started, timeoutMs)
+    return new Promise((resolve, reject) => {
+      pinged.then((ok) => { if (ok) resolve(); else if (pool.unreachable) reject(failure) })
+      poolAnswered.then((ok) => { if (ok && !pool.unreachable) resolve(); else reject(failure) })
+    })
   }
   return () => {
     inFlight ??= probe().finally(() => { inFlight = undefined })

@@ -162,6 +162,8 @@ t.test('other errors: bad JSON is malformed-body, outages 503, other 4xx keep th
   // Overload: no pooled connection in time, or a statement the server cancelled at its timeout.
   t.match(toProblem(new ConnectionWaitTimeout('busy') as unknown as FastifyError).toJSON(), { status: 503, type: '/problems/overloaded' })
   t.match(toProblem(fastifyError({ code: '57014' })).toJSON(), { status: 503, type: '/problems/overloaded' })
+  // too_many_connections: the server is there, refusing one more connection under load.
+  t.match(toProblem(fastifyError({ code: '53300' })).toJSON(), { status: 503, type: '/problems/overloaded' })
   t.same(toProblem(fastifyError({ statusCode: 429 })).toJSON(),
     { type: 'about:blank', title: 'Too Many Requests', status: 429, detail: 'Too Many Requests' })
   t.same(toProblem(fastifyError({ statusCode: 400 })).toJSON(),

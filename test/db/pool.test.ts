@@ -60,3 +60,17 @@ t.test('black hole → the connect times out as unavailable; a wait behind it is
   t.ok(isDatabaseUnavailable(reason))
   t.equal(overloadReasonOf(reason), undefined)
 })
+
+t.test('a connection terminated by the server (57P01, a DatabaseError) marks the database unreachable, not answered', async (t) => {
+  const url = await createTestDatabase(t)
+  const pool = poolOn(url, 2)
+  const client = await pool.connect()
+  // The server's goodbye may arrive before the next query, as an 'error' event of the client.
+  client.on('error', () => {})
+  const { rows: [{ pid }] } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')
+  await pool.query('SELECT pg_terminate_backend($1)', [pid])
+  const error = await client.query('SELECT 1').then(() => undefined, (error: Error) => error)
+  client.release(error)
+  t.ok(isDatabaseUnavailable(error), `${String(error)} ${(error as { code?: string }).code} ${error?.constructor.name}`)
+  t.ok(pool.unreachable, 'the last sign of the database is a lost connection')
+})
