@@ -82,7 +82,9 @@ process.once('SIGTERM', () => { cleanUp().finally(() => process.exit(143)) })
 
 /** Starts `args` with node and resolves once `ready` answers 2xx. */
 async function startProcess (args: string[], env: Record<string, string>, ready: () => Promise<boolean>): Promise<ChildProcess> {
-  const child = spawn(process.execPath, args, { cwd: projectRoot, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
+  // The service's log lines (a warning per shed request under overload) are dropped: in a pipe
+  // nobody reads they filled its 64 KiB and the logger, blocked on it, stopped the whole service.
+  const child = spawn(process.execPath, args, { cwd: projectRoot, env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'inherit'] })
   children.push(child)
   for (let i = 0; i < 300; i++) {
     if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited with ${child.exitCode}`)
