@@ -48,7 +48,6 @@ export default fp(async function db (fastify) {
   })
   // An idle client that loses its connection (say, the server restarts) emits 'error' on the pool;
   // unhandled, that would crash the process. The pool drops the client and connects anew later.
-  // Logged without the client (it would serialize its whole configuration).
   pool.on('error', (error) => fastify.log.warn({ err: error }, 'idle database connection lost'))
   probePool.on('error', () => {})
   fastify.decorate('db', pool)

@@ -7,7 +7,7 @@ import fastifyMetricsModule from 'fastify-metrics'
 import fp from 'fastify-plugin'
 import pg from 'pg'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
-import { Problem } from '../src/problems.js'
+import { OVERLOADED, Problem } from '../src/problems.js'
 import { exemptFromPressure } from './pressure.js'
 
 // A CommonJS module whose plugin is its `default` export.
@@ -55,7 +55,7 @@ export default fp(async function metrics (fastify) {
     const overload = overloadReasonOf(error)
     if (overload) shed.inc({ reason: overload })
     // under-pressure throws the problem itself when the event loop lags.
-    else if (error instanceof Problem && error.type === '/problems/overloaded') shed.inc({ reason: 'event_loop' })
+    else if (error instanceof Problem && error.type === OVERLOADED) shed.inc({ reason: 'event_loop' })
     else if (isDatabaseUnavailable(error)) databaseErrors.inc({ kind: 'unavailable' })
     else if (error instanceof pg.DatabaseError) databaseErrors.inc({ kind: 'query' })
   })

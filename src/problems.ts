@@ -8,7 +8,7 @@ import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 const RETRY_AFTER_SECONDS = 5
-const OVERLOADED = '/problems/overloaded'
+export const OVERLOADED = '/problems/overloaded'
 
 // RFC 9110 renamed two phrases that Node still spells the old way.
 const currentPhrases: Record<number, string> = { 413: 'Content Too Large', 422: 'Unprocessable Content' }
