@@ -220,9 +220,9 @@ t.test('ids with slashes, spaces and unicode are matched exactly', async (t) => 
 })
 
 /** A GET through node:http, where the Host header and the request target are the test's to choose. */
-function rawGet (path: string, headers: Record<string, string>): Promise<{ status: number, link: string }> {
+function rawGet (path: string, headers: Record<string, string>, baseUrl = harness.baseUrl): Promise<{ status: number, link: string }> {
   return new Promise((resolve, reject) => {
-    const req = request(harness.baseUrl, { path, headers: { authorization: `Bearer ${readToken()}`, ...headers } }, (res) => {
+    const req = request(baseUrl, { path, headers: { authorization: `Bearer ${readToken()}`, ...headers } }, (res) => {
       res.resume()
       res.on('end', () => resolve({ status: res.statusCode!, link: String(res.headers.link) }))
     })
@@ -241,6 +241,27 @@ t.test('Link URLs use the Host header when it is a plain host, and are path-only
     t.equal(hostile.status, 200, host)
     t.match(hostile.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/, host)
   }
+})
+
+t.test('behind a trusted proxy, Link URLs take X-Forwarded-Proto only when it is http or https', async (t) => {
+  const proxied = await build(t, { TRUST_PROXY: 'true' })
+  await proxied.seed(ordersFixture())
+  const via = (headers: Record<string, string>) => rawGet(ordersPath() + '?limit=2', { 'x-forwarded-host': 'api.example.com', ...headers }, proxied.baseUrl)
+  t.match((await via({ 'x-forwarded-proto': 'https' })).link, /^<https:\/\/api\.example\.com\/resources\/orders-api\//)
+  t.match((await via({ 'x-forwarded-proto': 'HTTPS' })).link, /^<https:\/\/api\.example\.com\//, 'case-insensitive, written lower case')
+  t.match((await via({ 'x-forwarded-proto': 'http, https' })).link, /^<https:\/\/api\.example\.com\//, 'the last (nearest) proxy\'s entry')
+  // A gateway that appends passes on whatever the client put first; one that sets nothing passes it all.
+  const forged = ['https://evil.example/x>; rel="next"; a="', 'javascript', 'https, javascript', 'ftp', 'http:']
+  for (const proto of forged) {
+    const res = await via({ 'x-forwarded-proto': proto })
+    t.equal(res.status, 200, proto)
+    t.match(res.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/, `path-only links for ${proto}`)
+    t.notMatch(res.link, /evil|javascript|ftp/, proto)
+    t.equal(res.link.split(', ').length, 3, `first, next and last, none injected by ${proto}`)
+    t.same(Object.keys(links(res.link.replace(/<\//g, '<http://x/'))), ['first', 'next', 'last'], proto)
+  }
+  const untrusted = await rawGet(ordersPath(), { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com', host: 'localhost:3000' })
+  t.match(untrusted.link, /^<http:\/\/localhost:3000\//, 'without TRUST_PROXY the forwarded headers are ignored')
 })
 
 t.test('Link URLs are rebuilt from the ids: nothing of the raw request line is copied', async (t) => {

@@ -7,13 +7,18 @@ export interface PageRequest { limit: number, page: number, sortBy: string, tota
 // its characters can end a link's <...>); anything else gets path-only links.
 const plainHost = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=%]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/
 
+// Behind a trusted proxy the scheme is the last X-Forwarded-Proto entry, as the client sent it when
+// the gateway appends rather than replaces: only http and https are schemes of this service.
+const webScheme = /^https?$/i
+
 /**
  * The URL of the collection: the path rebuilt from the decoded ids (so nothing from the raw request
- * line is copied into the header), absolute when the host is sane.
+ * line is copied into the header), absolute when the scheme and the host are sane.
  */
 export function collectionUrl (request: FastifyRequest, resourceId: string, clientId: string): string {
   const path = `/resources/${encodeURIComponent(resourceId)}/authorized_clients/${encodeURIComponent(clientId)}/permissions`
-  return plainHost.test(request.host) ? `${request.protocol}://${request.host}${path}` : path
+  const { protocol, host } = request
+  return webScheme.test(protocol) && plainHost.test(host) ? `${protocol.toLowerCase()}://${host}${path}` : path
 }
 
 /**
