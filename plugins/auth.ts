@@ -1,9 +1,10 @@
-// Bearer JWT authentication (RFC 6750) with @fastify/jwt. Every route whose config names `scopes`
-// (the generated operations carry them from the spec's `security`) gets an onRequest hook, so an
+// Bearer JWT authentication (RFC 6750) with @fastify/jwt, denying by default: one onRequest hook
+// over every route asks for a valid token, and the scopes the route's config names (the generated
+// operations carry them from the spec's `security`), unless the route is declared `public`. An
 // unauthenticated request is answered 401 before its parameters are even looked at.
 // https://github.com/fastify/fastify-jwt
 import fastifyJwt, { type TokenOrHeader } from '@fastify/jwt'
-import type { FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { TokenError } from 'fast-jwt'
 import type { JwtKey } from '../src/config.js'
@@ -12,16 +13,24 @@ import { problems } from '../src/problems.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /** Scopes a token must carry for this route; none means a public route. */
+    /** Scopes a token must carry for this route, besides being valid. */
     scopes?: readonly string[]
+    /** No token needed: set only on purpose (probes, docs, the spec, metrics). */
+    public?: boolean
   }
 }
 
 export interface AuthOptions {
   key: JwtKey
   issuer?: string
-  audience?: string
+  /** A token matches if its aud holds any of these. */
+  audiences?: readonly string[]
+  /** The typ header tokens must carry (lower case, without "application/"), when set. */
+  type?: string
 }
+
+/** Route config for a route anyone may call. */
+export const publicRoute = { public: true } as const
 
 // Clocks of the token issuer and of this service may disagree a little.
 const CLOCK_TOLERANCE_MS = 30_000
@@ -58,7 +67,8 @@ function fromKeySet (publicKeyOf: ReturnType<typeof keySetResolver>) {
   return async (_request: FastifyRequest, token: TokenOrHeader) => publicKeyOf('header' in token ? token.header : token)
 }
 
-export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audience }) {
+export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audiences = [], type }) {
+  const audience = audiences.length > 0 ? [...audiences] : undefined
   await fastify.register(fastifyJwt, {
     secret: key.kind === 'secret'
       ? key.secret
@@ -79,37 +89,38 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
       cacheTTL: TOKEN_CACHE_TTL_MS,
       ...(issuer ? { allowedIss: issuer } : {}),
       ...(audience ? { allowedAud: audience } : {}),
+      // fast-jwt compares the typ header lower-cased and without "application/" (RFC 8725 §3.11).
+      ...(type ? { checkTyp: type } : {}),
       // The token is read by authenticate() below; @fastify/jwt only verifies it.
       extractToken: (request: FastifyRequest) => request.headers.authorization?.match(bearerCredentials)?.[1]
     }
   })
 
-  function authenticate (scopes: readonly string[]): onRequestHookHandler {
-    return async function authenticate (request) {
-      const authorization = request.headers.authorization
-      if (!authorization || !/^Bearer(\s|$)/i.test(authorization)) throw problems.missingCredentials()
-      if (!bearerCredentials.test(authorization)) throw problems.invalidToken('The access token is invalid')
-      let claims: Record<string, unknown>
-      try {
-        claims = await request.jwtVerify<Record<string, unknown>>()
-      } catch (error) {
-        if (error instanceof KeySetUnavailable) throw problems.keysUnavailable()
-        throw problems.invalidToken(invalidTokenDescription(error))
-      }
-      // fast-jwt checks exp and nbf but not iat: a token issued in the future is not believable.
-      if (claims.iat !== undefined) {
-        if (typeof claims.iat !== 'number') throw problems.invalidToken('The access token is invalid')
-        if (claims.iat * 1000 > Date.now() + CLOCK_TOLERANCE_MS) throw problems.invalidToken('The access token was issued in the future')
-      }
-      const granted = grantedScopes(claims)
-      if (!scopes.every((scope) => granted.has(scope))) throw problems.insufficientScope(scopes)
+  async function authenticate (request: FastifyRequest, scopes: readonly string[]) {
+    const authorization = request.headers.authorization
+    if (!authorization || !/^Bearer(\s|$)/i.test(authorization)) throw problems.missingCredentials()
+    if (!bearerCredentials.test(authorization)) throw problems.invalidToken('The access token is invalid')
+    let claims: Record<string, unknown>
+    try {
+      claims = await request.jwtVerify<Record<string, unknown>>()
+    } catch (error) {
+      if (error instanceof KeySetUnavailable) throw problems.keysUnavailable()
+      throw problems.invalidToken(invalidTokenDescription(error))
     }
+    // fast-jwt checks exp and nbf but not iat: a token issued in the future is not believable.
+    if (claims.iat !== undefined) {
+      if (typeof claims.iat !== 'number') throw problems.invalidToken('The access token is invalid')
+      if (claims.iat * 1000 > Date.now() + CLOCK_TOLERANCE_MS) throw problems.invalidToken('The access token was issued in the future')
+    }
+    const granted = grantedScopes(claims)
+    if (!scopes.every((scope) => granted.has(scope))) throw problems.insufficientScope(scopes)
   }
 
-  fastify.addHook('onRoute', (route) => {
-    const scopes = route.config?.scopes
-    if (!scopes || scopes.length === 0) return
-    const existing = route.onRequest ?? []
-    route.onRequest = [authenticate(scopes), ...(Array.isArray(existing) ? existing : [existing])]
+  // Global, so it covers every route whenever and by whichever plugin it was registered. Nothing is
+  // routed for a 404: the answer is the same with or without a token, and the paths are published.
+  fastify.addHook('onRequest', async function authorize (request) {
+    const { config } = request.routeOptions
+    if (config.public === true || request.is404) return
+    await authenticate(request, config.scopes ?? [])
   })
 }, { name: 'auth' })

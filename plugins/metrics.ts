@@ -8,6 +8,7 @@ import fp from 'fastify-plugin'
 import pg from 'pg'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
 import { OVERLOADED, Problem } from '../src/problems.js'
+import { publicRoute } from './auth.js'
 import { exemptFromPressure } from './pressure.js'
 
 // A CommonJS module whose plugin is its `default` export.
@@ -16,7 +17,7 @@ const fastifyMetrics = fastifyMetricsModule.default
 export default fp(async function metrics (fastify) {
   if (!fastify.config.METRICS_ENABLED) return
   await fastify.register(fastifyMetrics, {
-    endpoint: { url: '/metrics', method: 'GET', schema: { hide: true }, config: exemptFromPressure, logLevel: 'warn', handler: async () => {} },
+    endpoint: { url: '/metrics', method: 'GET', schema: { hide: true }, config: { ...exemptFromPressure, ...publicRoute }, logLevel: 'warn', handler: async () => {} },
     // One app per process in production; tests build several, each starting from a clean registry.
     clearRegisterOnInit: true,
     defaultMetrics: { enabled: true },

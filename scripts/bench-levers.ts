@@ -52,7 +52,8 @@ try {
   if (code !== 0) throw new Error(`tsc exited with ${code}`)
 
   const keys = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
-  const token = createSigner({ key: keys.privateKey, algorithm: 'RS256', expiresIn: 3_600_000 })({ scope: 'read:resource', sub: 'bench' })
+  const claims = { iss: 'https://bench.invalid/', aud: 'client-permissions-service' }
+  const token = createSigner({ key: keys.privateKey, algorithm: 'RS256', expiresIn: 3_600_000 })({ scope: 'read:resource', sub: 'bench', ...claims })
   const urls: string[] = []
   for (const variant of variants) {
     const port = await freePort()
@@ -64,6 +65,8 @@ try {
         NODE_ENV: 'production',
         DATABASE_URL: (variant.socket ? socketUrl : tcpUrl).toString(),
         JWT_PUBLIC_KEY: keys.publicKey,
+        JWT_ISSUER: claims.iss,
+        JWT_AUDIENCE: claims.aud,
         LOG_LEVEL: 'warn',
         HOST: '127.0.0.1',
         PORT: String(port),

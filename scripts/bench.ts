@@ -96,7 +96,10 @@ async function startProcess (args: string[], env: Record<string, string>, ready:
 
 // Tokens as an identity provider issues them: RS256, verified with its public key.
 const keys = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
-const sign = createSigner({ key: keys.privateKey, algorithm: 'RS256', expiresIn: 3_600_000 })
+// Issuer and audience as production requires them: their checks are part of what a request costs.
+const ISSUER = 'https://bench.invalid/'
+const AUDIENCE = 'client-permissions-service'
+const sign = createSigner({ key: keys.privateKey, algorithm: 'RS256', expiresIn: 3_600_000, iss: ISSUER, aud: AUDIENCE })
 const bearer = (scope: string) => `Bearer ${sign({ scope, sub: 'bench' })}`
 
 let rssPeak = 0
@@ -364,6 +367,8 @@ try {
     NODE_ENV: 'production',
     DATABASE_URL: databaseUrl,
     JWT_PUBLIC_KEY: keys.publicKey,
+    JWT_ISSUER: ISSUER,
+    JWT_AUDIENCE: AUDIENCE,
     LOG_LEVEL: 'warn',
     HOST: '127.0.0.1',
     PORT: String(servicePort),

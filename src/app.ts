@@ -3,14 +3,14 @@
 import type { Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import auth from '../plugins/auth.js'
+import auth, { publicRoute } from '../plugins/auth.js'
 import db from '../plugins/db.js'
 import docs from '../plugins/docs.js'
 import env from '../plugins/env.js'
 import lifecycle from '../plugins/lifecycle.js'
 import metrics from '../plugins/metrics.js'
 import pressure from '../plugins/pressure.js'
-import { type Config, jwtKeyOf } from './config.js'
+import { audiencesOf, type Config, jwksOverNetworkHttp, jwtKeyOf, tokenTypeOf } from './config.js'
 import { operations } from './generated/operations.js'
 import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, problems } from './problems.js'
@@ -72,6 +72,9 @@ function trustProxyOf (setting: string): boolean | string {
 async function app (fastify: FastifyInstance, { config }: AppOptions) {
   const jwtKey = jwtKeyOf(config)
   if (!jwtKey) throw new Error('one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required')
+  if (jwksOverNetworkHttp(config)) {
+    fastify.log.warn({ url: config.JWKS_URL }, 'JWKS_URL is plain http: anyone on the path to the key set can make tokens this service accepts')
+  }
 
   fastify.addHook('onRequest', async (request, reply) => { reply.header(REQUEST_ID_HEADER, request.id) })
   fastify.setValidatorCompiler(validatorCompiler)
@@ -83,10 +86,14 @@ async function app (fastify: FastifyInstance, { config }: AppOptions) {
   await fastify.register(env, { config })
   await fastify.register(lifecycle)
   await fastify.register(db)
-  await fastify.register(auth, { key: jwtKey, issuer: config.JWT_ISSUER, audience: config.JWT_AUDIENCE })
   await fastify.register(docs)
   await fastify.register(pressure)
   await fastify.register(metrics)
+  // After shedding and the metrics timer: an overloaded replica answers 503 before verifying a
+  // signature, and 401s are measured. Its hook covers every route all the same.
+  await fastify.register(auth, {
+    key: jwtKey, issuer: config.JWT_ISSUER, audiences: audiencesOf(config), type: tokenTypeOf(config)
+  })
 
   await fastify.register(healthRoutes)
   await fastify.register(permissionRoutes)
@@ -109,6 +116,8 @@ function registerMethodNotAllowed (fastify: FastifyInstance) {
       method: others,
       url,
       schema: { hide: true },
+      // The methods a path allows are published in the spec: no token needed to be told them.
+      config: publicRoute,
       // Before the body is read, so the answer is 405 whatever the body.
       onRequest: async (request) => { throw problems.methodNotAllowed(request.method, allowed) },
       handler: async () => {}

@@ -1,11 +1,13 @@
 // The service's configuration: environment variables validated once, at boot, against a JSON
 // schema (env-schema). Nothing else reads process.env.
 import { createPublicKey } from 'node:crypto'
+import { isIPv4 } from 'node:net'
 import envSchema from 'env-schema'
 
 const schema = {
   type: 'object',
   properties: {
+    // Production rules apply to every value but these (see isProduction).
     NODE_ENV: { type: 'string', default: 'development' },
     HOST: { type: 'string', minLength: 1, default: '127.0.0.1' },
     PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000 },
@@ -35,10 +37,18 @@ const schema = {
     JWT_PUBLIC_KEY: { type: 'string', minLength: 1 },
     // The identity provider's JSON Web Key Set, for RS256/ES256 tokens from keys that rotate.
     JWKS_URL: { type: 'string', pattern: '^https?://' },
+    // In production JWKS_URL must be https:// or on a loopback host; this allows plain http to any
+    // host (an in-cluster address), with a warning at start.
+    JWKS_ALLOW_HTTP: { type: 'boolean', default: false },
     // How long fetched keys are trusted before the key set is fetched again.
     JWKS_CACHE_MAX_AGE_MS: { type: 'integer', minimum: 1000, default: 600000 },
+    // The iss and aud tokens must carry (RFC 9068 §4, RFC 8725 §3.9); both required in production.
+    // JWT_AUDIENCE may list several values, comma-separated: a token matches if its aud holds any.
     JWT_ISSUER: { type: 'string', minLength: 1 },
-    JWT_AUDIENCE: { type: 'string', minLength: 1 },
+    JWT_AUDIENCE: { type: 'string', pattern: '[^\\s,]' },
+    // The typ header tokens must carry (at+jwt, RFC 9068 §2.1): off unless set, because several
+    // identity providers do not set it. Compared case-insensitively, "application/" optional.
+    JWT_TYPE: { type: 'string', pattern: '^([Aa][Pp][Pp][Ll][Ii][Cc][Aa][Tt][Ii][Oo][Nn]/)?[A-Za-z0-9!#$&^_.+-]+$' },
     LOG_LEVEL: { type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
     // Behind the API gateway: "true", or the gateway's addresses (comma-separated).
     TRUST_PROXY: { type: 'string', default: 'false' },
@@ -72,9 +82,11 @@ export interface Config {
   JWT_SECRET?: string
   JWT_PUBLIC_KEY?: string
   JWKS_URL?: string
+  JWKS_ALLOW_HTTP: boolean
   JWKS_CACHE_MAX_AGE_MS: number
   JWT_ISSUER?: string
   JWT_AUDIENCE?: string
+  JWT_TYPE?: string
   LOG_LEVEL: string
   TRUST_PROXY: string
   MAX_EVENT_LOOP_DELAY_MS: number
@@ -92,6 +104,15 @@ export type JwtKey =
   | { kind: 'secret', algorithms: ['HS256'], secret: string }
   | { kind: 'public-key', algorithms: ['RS256'] | ['ES256'], publicKey: string }
   | { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: string, cacheMaxAgeMs: number }
+
+/**
+ * Production rules (no generated secret, no embedded database, issuer and audience required, JWKS
+ * over https) unless NODE_ENV is unset or, in exactly these words, development or test: "prod",
+ * "Production" or "staging" all get production rules.
+ */
+export function isProduction (config: Pick<Config, 'NODE_ENV'>): boolean {
+  return config.NODE_ENV !== 'development' && config.NODE_ENV !== 'test'
+}
 
 export function loadConfig (env: Record<string, string | undefined> = process.env): Config {
   const data = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ''))
@@ -115,14 +136,48 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
 }
 
 /**
+ * What the service needs before it may start in production, checked in this order; throws naming
+ * the first one missing. Outside production the gaps are filled locally (src/local-dev.ts).
+ */
+export function assertProductionReady (config: Config): void {
+  const refuse = (what: string) => { throw new Error(`Refusing to start: ${what} is required in production (NODE_ENV=${config.NODE_ENV}).`) }
+  if (!config.DATABASE_URL) refuse('DATABASE_URL')
+  if (!jwtKeyOf(config)) refuse('one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET')
+  if (!config.JWT_ISSUER) refuse('JWT_ISSUER')
+  if (!config.JWT_AUDIENCE) refuse('JWT_AUDIENCE')
+}
+
+/** JWT_AUDIENCE's values: comma-separated, blanks around them ignored. */
+export function audiencesOf (config: Pick<Config, 'JWT_AUDIENCE'>): string[] {
+  return (config.JWT_AUDIENCE ?? '').split(',').map((value) => value.trim()).filter(Boolean)
+}
+
+/** JWT_TYPE as fast-jwt compares it: lower case, without "application/". */
+export function tokenTypeOf (config: Pick<Config, 'JWT_TYPE'>): string | undefined {
+  return config.JWT_TYPE?.toLowerCase().replace(/^application\//, '')
+}
+
+/** Loopback hosts: a key set fetched from them never leaves the machine (or the pod's sidecar). */
+function isLoopback (hostname: string): boolean {
+  return hostname === 'localhost' || hostname === '[::1]' || (isIPv4(hostname) && hostname.startsWith('127.'))
+}
+
+/** True when JWKS_URL is plain http to a host that is not loopback (allowed only by JWKS_ALLOW_HTTP). */
+export function jwksOverNetworkHttp (config: Pick<Config, 'JWKS_URL'>): boolean {
+  if (!config.JWKS_URL?.startsWith('http://')) return false
+  return !isLoopback(new URL(config.JWKS_URL).hostname)
+}
+
+/**
  * The verification key the configuration names. Algorithms are pinned to the key's type, so a
  * token signed HS256 with the public key as its secret (algorithm confusion) can never verify.
  */
 export function jwtKeyOf (config: Config): JwtKey | undefined {
   if (config.JWT_SECRET) return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
   if (config.JWKS_URL) {
-    if (config.NODE_ENV === 'production' && !config.JWKS_URL.startsWith('https://')) {
-      throw new Error('Invalid configuration: JWKS_URL must be https:// in production')
+    if (isProduction(config) && jwksOverNetworkHttp(config) && !config.JWKS_ALLOW_HTTP) {
+      throw new Error('Invalid configuration: JWKS_URL must be https:// in production, or http:// on a loopback host ' +
+        '(set JWKS_ALLOW_HTTP=true to allow plain http to another host)')
     }
     return { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: config.JWKS_URL, cacheMaxAgeMs: config.JWKS_CACHE_MAX_AGE_MS }
   }

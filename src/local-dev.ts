@@ -1,6 +1,7 @@
 // What `npm start` and the npm scripts use on a laptop when the environment names no database or
 // key: an embedded PostgreSQL under .data/ and a generated HS256 secret in .data/ (both git-ignored).
-// Production never gets here: src/server.ts refuses to start without DATABASE_URL and a key.
+// Production never gets here: src/server.ts refuses to start without DATABASE_URL and a key, and
+// withLocalDefaults refuses to fill anything in under production rules (src/config.ts isProduction).
 import { randomBytes } from 'node:crypto'
 import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -8,7 +9,7 @@ import { createSigner } from 'fast-jwt'
 import {
   attachEmbeddedPostgres, isOrphaned, type RunningPostgres, runningPostmaster, startEmbeddedPostgres, stopPostmaster
 } from '../db/embedded-postgres.js'
-import { type Config, jwtKeyOf } from './config.js'
+import { audiencesOf, type Config, isProduction, jwtKeyOf } from './config.js'
 import { projectRoot } from './project-root.js'
 
 export const localDataDir = join(projectRoot, '.data')
@@ -54,6 +55,7 @@ export async function localJwtSecret (): Promise<string> {
  * the embedded database (when `database` is given) and the local secret.
  */
 export async function withLocalDefaults (config: Config, database?: RunningPostgres): Promise<Config> {
+  if (isProduction(config)) throw new Error(`local defaults are for development only (NODE_ENV=${config.NODE_ENV})`)
   const filled = { ...config }
   if (!filled.DATABASE_URL && database) filled.DATABASE_URL = database.url
   if (!jwtKeyOf(filled)) filled.JWT_SECRET = await localJwtSecret()
@@ -68,7 +70,7 @@ export function signToken (config: Config, scope: string, expiresInSeconds: numb
     algorithm: 'HS256',
     expiresIn: expiresInSeconds * 1000,
     ...(config.JWT_ISSUER ? { iss: config.JWT_ISSUER } : {}),
-    ...(config.JWT_AUDIENCE ? { aud: config.JWT_AUDIENCE } : {})
+    ...(config.JWT_AUDIENCE ? { aud: audiencesOf(config)[0] } : {})
   })
   return sign({ sub: 'local-developer', scope })
 }

@@ -1,5 +1,6 @@
-// The only file that listens. Reads the configuration, and on a laptop (no DATABASE_URL, not
-// production) starts the embedded PostgreSQL with demo data and prints a token to try the API with.
+// The only file that listens. Reads the configuration, and on a laptop (NODE_ENV unset, development
+// or test, and no DATABASE_URL) starts the embedded PostgreSQL with demo data and prints a token to
+// try the API with. Any other NODE_ENV gets production rules: no gap is filled locally.
 import { readFile } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
@@ -10,7 +11,7 @@ import type { RunningPostgres } from '../db/embedded-postgres.js'
 import { isDatabaseUnavailable } from '../db/errors.js'
 import { seedDatabase } from '../db/seed.js'
 import app, { serverOptions } from './app.js'
-import { jwtKeyOf, loadConfig } from './config.js'
+import { assertProductionReady, isProduction, jwtKeyOf, loadConfig } from './config.js'
 import { openLocalDatabase, signToken, withLocalDefaults } from './local-dev.js'
 import { projectRoot } from './project-root.js'
 
@@ -23,13 +24,9 @@ let config
 try {
   config = loadConfig()
   jwtKeyOf(config)
+  if (isProduction(config)) assertProductionReady(config)
 } catch (error) {
   fail((error as Error).message)
-}
-
-if (config.NODE_ENV === 'production') {
-  if (!config.DATABASE_URL) fail('Refusing to start: DATABASE_URL is required in production.')
-  if (!jwtKeyOf(config)) fail('Refusing to start: one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required in production.')
 }
 
 // A secret generated here is only ever used on this machine, so a token signed with it may be shown.
@@ -40,7 +37,7 @@ if (!config.DATABASE_URL) {
     port: config.EMBEDDED_POSTGRES_PORT, takeOver: true, log: (message) => console.log(message)
   }).catch((error: Error) => fail(`Could not start the embedded PostgreSQL: ${error.message}`))
 }
-config = await withLocalDefaults(config, localDatabase)
+if (!isProduction(config)) config = await withLocalDefaults(config, localDatabase)
 
 const fastify = Fastify(serverOptions(config))
 try {

@@ -95,15 +95,18 @@ export interface Harness {
 export interface BuildOptions {
   /** Receives the service's log lines (set LOG_LEVEL in env to see them). */
   logs?: Writable
+  /** Registered after the app, before it listens: routes a test adds beside the spec's. */
+  extend?: (fastify: FastifyInstance) => Promise<void>
 }
 
-export async function build (t: Test, env: Record<string, string> = {}, { logs }: BuildOptions = {}): Promise<Harness> {
+export async function build (t: Test, env: Record<string, string> = {}, { logs, extend }: BuildOptions = {}): Promise<Harness> {
   const { url: databaseUrl, drop } = await newDatabase()
   const config = loadConfig({ DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, LOG_LEVEL: 'silent', ...env })
   const options = serverOptions(config)
   if (logs) options.logger = { ...options.logger as object, stream: logs }
   const fastify = Fastify(options)
   await fastify.register(app, { config })
+  if (extend) await fastify.register(extend)
   await fastify.listen({ host: '127.0.0.1', port: 0 })
   const db = new pg.Pool({ connectionString: databaseUrl, max: 4 })
   // Tests stop database servers on purpose; a lost idle connection must not end the test run.

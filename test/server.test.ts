@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import t from 'tap'
 import { projectRoot } from '../src/project-root.js'
 import { createTestDatabase } from './helper.js'
-import { readToken, TEST_SECRET } from './tokens.js'
+import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from './tokens.js'
 
 const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
 const serverFile = join(projectRoot, 'src', 'server.ts')
@@ -28,46 +28,88 @@ async function exitOf (child: ChildProcess): Promise<number | null> {
   return code
 }
 
-t.test('production without DATABASE_URL, without a key, or with two keys → refuses to start, says why', async (t) => {
+const unreachable = 'postgres://u@127.0.0.1:1/db'
+const production = { NODE_ENV: 'production', JWT_ISSUER: PRODUCTION_ISSUER, JWT_AUDIENCE: PRODUCTION_AUDIENCE }
+
+t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or with two keys → refuses to start, says why', async (t) => {
   const cases: Array<[Record<string, string>, RegExp]> = [
-    [{ NODE_ENV: 'production', JWT_SECRET: TEST_SECRET }, /DATABASE_URL is required in production/],
-    [{ NODE_ENV: 'production', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required/],
-    [{ JWT_SECRET: TEST_SECRET, JWT_PUBLIC_KEY: 'x', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET/],
-    [{ JWKS_URL: 'https://idp.example/jwks.json', JWT_SECRET: TEST_SECRET, DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET \(got JWKS_URL and JWT_SECRET\)/],
-    [{ NODE_ENV: 'production', JWKS_URL: 'http://idp.example/jwks.json', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /JWKS_URL must be https:\/\/ in production/],
-    [{ JWT_SECRET: 'short', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /JWT_SECRET must NOT have fewer than 32 characters/],
-    [{ PORT: 'eighty', JWT_SECRET: TEST_SECRET, DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /PORT must be integer/],
-    [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: 'postgres://u@127.0.0.1:1/db' }, /JWT_PUBLIC_KEY is not a PEM public key/]
+    [{ ...production, JWT_SECRET: TEST_SECRET }, /^Refusing to start: DATABASE_URL is required in production \(NODE_ENV=production\)\.$/],
+    [{ ...production, DATABASE_URL: unreachable }, /one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required/],
+    [{ ...production, JWT_ISSUER: '', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /^Refusing to start: JWT_ISSUER is required in production/],
+    [{ ...production, JWT_AUDIENCE: '', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /^Refusing to start: JWT_AUDIENCE is required in production/],
+    [{ ...production, JWT_AUDIENCE: ' , ', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /JWT_AUDIENCE must match pattern/],
+    [{ JWT_SECRET: TEST_SECRET, JWT_PUBLIC_KEY: 'x', DATABASE_URL: unreachable }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET/],
+    [{ JWKS_URL: 'https://idp.example/jwks.json', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET \(got JWKS_URL and JWT_SECRET\)/],
+    [{ ...production, JWKS_URL: 'http://idp.example/jwks.json', DATABASE_URL: unreachable }, /JWKS_URL must be https:\/\/ in production, or http:\/\/ on a loopback host \(set JWKS_ALLOW_HTTP=true/],
+    [{ ...production, JWKS_URL: 'http://127.example.com/jwks.json', DATABASE_URL: unreachable }, /JWKS_URL must be https:\/\/ in production/],
+    [{ JWT_SECRET: 'short', DATABASE_URL: unreachable }, /JWT_SECRET must NOT have fewer than 32 characters/],
+    [{ PORT: 'eighty', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /PORT must be integer/],
+    [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY is not a PEM public key/]
   ]
   for (const [env, message] of cases) {
     const { child, output } = startServer(env)
     t.equal(await exitOf(child), 1, JSON.stringify(env))
-    t.match(output(), message)
+    t.match(output().trim(), message)
+  }
+})
+
+t.test('any NODE_ENV but unset, development or test gets production rules: no embedded database, no generated secret', async (t) => {
+  for (const NODE_ENV of ['prod', 'Production', 'staging', 'DEVELOPMENT', ' development']) {
+    const { child, output } = startServer({ NODE_ENV })
+    t.equal(await exitOf(child), 1, NODE_ENV)
+    t.equal(output().trim(), `Refusing to start: DATABASE_URL is required in production (NODE_ENV=${NODE_ENV}).`, NODE_ENV)
   }
 })
 
 t.test('production with a database that refuses connections → exit 1 with one JSON line saying so', async (t) => {
-  const { child, output } = startServer({ NODE_ENV: 'production', JWT_SECRET: TEST_SECRET, DATABASE_URL: 'postgres://u:p@127.0.0.1:1/db' })
+  const { child, output } = startServer({ ...production, JWT_SECRET: TEST_SECRET, DATABASE_URL: 'postgres://u:p@127.0.0.1:1/db' })
   t.equal(await exitOf(child), 1)
   const lines = output().split('\n').filter(Boolean)
   for (const line of lines) t.doesNotThrow(() => JSON.parse(line), `JSON: ${line.slice(0, 80)}`)
   t.match(JSON.parse(lines.at(-1)!), { level: 60, msg: 'could not start: the database at DATABASE_URL cannot be reached' })
 })
 
+/** Waits for the listening line; the address, or undefined when the process ended first. */
+async function listeningAddress (child: ChildProcess, output: () => string): Promise<string | undefined> {
+  for (let waited = 0; waited < 30_000 && child.exitCode === null; waited += 100) {
+    const address = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output())?.[1]
+    if (address) return address
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+}
+
+t.test('production JWKS over plain http: on a loopback host it starts; elsewhere only with JWKS_ALLOW_HTTP=true, warning', async (t) => {
+  const databaseUrl = await createTestDatabase(t)
+  const cases: Array<[string, Record<string, string>, boolean]> = [
+    ['loopback', { JWKS_URL: 'http://127.0.0.1:9/jwks.json' }, false],
+    ['localhost', { JWKS_URL: 'http://localhost:9/jwks.json' }, false],
+    ['another host, allowed', { JWKS_URL: 'http://idp.invalid/jwks.json', JWKS_ALLOW_HTTP: 'true' }, true]
+  ]
+  for (const [label, env, warns] of cases) {
+    const { child, output } = startServer({ ...production, DATABASE_URL: databaseUrl, ...env })
+    t.teardown(() => { child.kill('SIGKILL') })
+    t.ok(await listeningAddress(child, output), `${label}: listening`)
+    const warning = output().split('\n').filter(Boolean).map((line) => JSON.parse(line)).find((line) => /JWKS_URL is plain http/.test(line.msg))
+    if (warns) t.match(warning, { level: 40, url: env.JWKS_URL }, `${label}: one warning line at start`)
+    else t.notOk(warning, `${label}: no warning`)
+    child.kill('SIGTERM')
+    t.equal(await exitOf(child), 0, label)
+  }
+})
+
 t.test('with DATABASE_URL and a key: migrates, serves, logs JSON, and exits 0 on SIGTERM', async (t) => {
   const databaseUrl = await createTestDatabase(t)
-  const { child, output } = startServer({ DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, NODE_ENV: 'production' })
+  const { child, output } = startServer({ ...production, DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET })
   t.teardown(() => { child.kill('SIGKILL') })
-  let address: string | undefined
-  for (let waited = 0; !address && waited < 30_000; waited += 100) {
-    address = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output())?.[1]
-    if (!address) await new Promise((resolve) => setTimeout(resolve, 100))
-  }
+  const address = await listeningAddress(child, output)
   t.ok(address, 'listening')
   const ready = await fetch(`${address}/readyz`)
   t.equal(ready.status, 200)
-  const res = await fetch(`${address}/resources/r/authorized_clients/c/permissions`, { headers: { authorization: `Bearer ${readToken()}` } })
+  const res = await fetch(`${address}/resources/r/authorized_clients/c/permissions`, { headers: { authorization: `Bearer ${token({ scope: 'read:resource', ...productionClaims })}` } })
   t.equal(res.status, 404, 'the migrated, empty database answers')
+  const otherApi = token({ scope: 'read:resource', ...productionClaims, aud: 'another-api' })
+  const refused = await fetch(`${address}/resources/r/authorized_clients/c/permissions`, { headers: { authorization: `Bearer ${otherApi}` } })
+  t.equal(refused.status, 401, 'a token the same issuer made for another API is refused')
   for (const line of output().split('\n').filter(Boolean)) {
     t.doesNotThrow(() => JSON.parse(line), `every line of output is a JSON log line: ${line.slice(0, 80)}`)
   }

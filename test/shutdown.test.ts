@@ -10,7 +10,7 @@ import { seedDatabase } from '../db/seed.js'
 import { projectRoot } from '../src/project-root.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
 import { build, createTestDatabase } from './helper.js'
-import { readToken, TEST_SECRET, token as tokenWith } from './tokens.js'
+import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, readToken, TEST_SECRET, token as tokenWith } from './tokens.js'
 
 t.test('draining: /readyz → 503 shutting-down while liveness and the API still answer', async (t) => {
   const harness = await build(t)
@@ -56,6 +56,8 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
       PORT: '0',
       DATABASE_URL: databaseUrl,
       JWT_SECRET: TEST_SECRET,
+      JWT_ISSUER: PRODUCTION_ISSUER,
+      JWT_AUDIENCE: PRODUCTION_AUDIENCE,
       SHUTDOWN_DELAY_MS: '500'
     },
     stdio: ['ignore', 'pipe', 'pipe']
@@ -70,8 +72,8 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
   await seedDatabase(pool, ordersFixture())
   await pool.end()
 
-  const token = readToken()
-  const deleteToken = tokenWith({ scope: 'delete:resource' })
+  const token = tokenWith({ scope: 'read:resource', ...productionClaims })
+  const deleteToken = tokenWith({ scope: 'delete:resource', ...productionClaims })
   // The gateway: sends load until it sees readiness fail, then sends this replica nothing new.
   const gateway = { stopped: false }
   const results: Array<number | string> = []

@@ -32,6 +32,11 @@ export function craftedToken (header: Record<string, unknown>, payload: Record<s
   return `${input}.${signature}`
 }
 
+/** What production requires to be configured (JWT_ISSUER, JWT_AUDIENCE), and the claims that match it. */
+export const PRODUCTION_ISSUER = 'https://issuer.example/'
+export const PRODUCTION_AUDIENCE = 'client-permissions-service'
+export const productionClaims = { iss: PRODUCTION_ISSUER, aud: PRODUCTION_AUDIENCE }
+
 export const readToken = () => token({ scope: 'read:resource' })
 export const deleteToken = () => token({ scope: 'delete:resource' })
 export const inOneMinute = () => now() + 60

@@ -1,13 +1,15 @@
-// DO NOT EDIT. Per-operation JSON schemas and scopes, generated from openapi/openapi.yaml by `npm run generate`.
+// DO NOT EDIT. Per-operation JSON schemas and route config (scopes, or public), generated from openapi/openapi.yaml by `npm run generate`.
 export const operations = {
   "listClientPermissions": {
     "operationId": "listClientPermissions",
     "method": "GET",
     "path": "/resources/{resource_id}/authorized_clients/{client_id}/permissions",
     "url": "/resources/:resource_id/authorized_clients/:client_id/permissions",
-    "scopes": [
-      "read:resource"
-    ],
+    "config": {
+      "scopes": [
+        "read:resource"
+      ]
+    },
     "statuses": [
       200,
       400,
@@ -109,9 +111,11 @@ export const operations = {
     "method": "DELETE",
     "path": "/resources/{resource_id}/authorized_clients/{client_id}/permissions",
     "url": "/resources/:resource_id/authorized_clients/:client_id/permissions",
-    "scopes": [
-      "delete:resource"
-    ],
+    "config": {
+      "scopes": [
+        "delete:resource"
+      ]
+    },
     "statuses": [
       204,
       400,
@@ -167,7 +171,9 @@ export const operations = {
     "method": "GET",
     "path": "/healthz",
     "url": "/healthz",
-    "scopes": [],
+    "config": {
+      "public": true
+    },
     "statuses": [
       200,
       408,
@@ -198,7 +204,9 @@ export const operations = {
     "method": "GET",
     "path": "/readyz",
     "url": "/readyz",
-    "scopes": [],
+    "config": {
+      "public": true
+    },
     "statuses": [
       200,
       408,

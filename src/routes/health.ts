@@ -9,11 +9,9 @@ import { problems } from '../problems.js'
 const { getLiveness, getReadiness } = operations
 
 export default async function healthRoutes (fastify: FastifyInstance) {
-  const config = exemptFromPressure
+  fastify.get(getLiveness.url, { schema: getLiveness.schema, config: { ...getLiveness.config, ...exemptFromPressure } }, async () => ({ status: 'ok' as const }))
 
-  fastify.get(getLiveness.url, { schema: getLiveness.schema, config }, async () => ({ status: 'ok' as const }))
-
-  fastify.get(getReadiness.url, { schema: getReadiness.schema, config }, async (request) => {
+  fastify.get(getReadiness.url, { schema: getReadiness.schema, config: { ...getReadiness.config, ...exemptFromPressure } }, async (request) => {
     if (fastify.draining) throw problems.shuttingDown()
     try {
       await fastify.checkDatabase()

@@ -233,6 +233,63 @@ t.test('JWT_ISSUER and JWT_AUDIENCE set', async (t) => {
   })
 })
 
+t.test('JWT_AUDIENCE lists several audiences: a token whose aud holds any of them → 200, none of them → 401', async (t) => {
+  const multi = await build(t, { JWT_ISSUER: ISSUER, JWT_AUDIENCE: `${AUDIENCE}, https://permissions.example/ ,legacy-name` })
+  await multi.seed(ordersFixture())
+  const withAud = (aud: unknown) => get(bearer(token({ scope: 'read:resource', iss: ISSUER, aud })), '', multi)
+  for (const aud of [AUDIENCE, 'https://permissions.example/', 'legacy-name', ['another-api', 'legacy-name']]) {
+    t.equal((await withAud(aud)).status, 200, JSON.stringify(aud))
+  }
+  for (const aud of ['another-api', ['another-api', 'a-third-api'], `${AUDIENCE},legacy-name`, ' legacy-name', 'LEGACY-NAME', '']) {
+    isInvalidToken(t, await withAud(aud), JSON.stringify(aud))
+  }
+})
+
+t.test('JWT_TYPE=at+jwt: typ at+jwt or application/at+jwt, any case → 200; JWT, id token types or none → 401', async (t) => {
+  const typed = await build(t, { JWT_TYPE: 'at+jwt' })
+  await typed.seed(ordersFixture())
+  const withTyp = (typ?: string) => get(bearer(craftedToken({ alg: 'HS256', ...(typ === undefined ? {} : { typ }) }, readClaims(), TEST_SECRET)), '', typed)
+  for (const typ of ['at+jwt', 'AT+JWT', 'application/at+jwt', 'Application/At+JWT']) t.equal((await withTyp(typ)).status, 200, typ)
+  for (const typ of [undefined, 'JWT', 'jwt', 'id_token+jwt', 'at+jwt ', 'application/jwt', 'x-at+jwt']) {
+    isInvalidToken(t, await withTyp(typ), `typ ${typ}`)
+  }
+  t.equal((await withTyp('JWT')).status, 401)
+  t.equal((await get(bearer(craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), TEST_SECRET)))).status, 200, 'without JWT_TYPE, typ JWT is fine')
+})
+
+t.test('deny by default: a route registered without scopes needs a valid token; only a route declared public does not', async (t) => {
+  const extended = await build(t, {}, {
+    extend: async (fastify) => {
+      fastify.get('/forgotten', async () => ({ secret: 'data' }))
+      fastify.get('/empty-scopes', { config: { scopes: [] } }, async () => ({ secret: 'data' }))
+      fastify.get('/not-quite-public', { config: { public: 'yes' as unknown as boolean } }, async () => ({ secret: 'data' }))
+      fastify.get('/declared-public', { config: { public: true } }, async () => ({ open: true }))
+      await fastify.register(async (child) => { child.get('/nested', async () => ({ secret: 'data' })) }, { prefix: '/plugin' })
+    }
+  })
+  for (const path of ['/forgotten', '/empty-scopes', '/not-quite-public', '/plugin/nested']) {
+    isMissingCredentials(t, await extended.request(path), path)
+    isInvalidToken(t, await extended.request(path, { headers: bearer('garbage') }), `${path} with a bad token`)
+    const withToken = await extended.request(path, { token: token({}) })
+    t.equal(withToken.status, 200, `${path}: any valid token, no scope needed`)
+    t.equal((await extended.request(path, { method: 'HEAD' })).status, 401, `HEAD ${path}`)
+  }
+  const open = await extended.request('/declared-public')
+  t.equal(open.status, 200)
+  t.same(open.body, { open: true })
+})
+
+t.test('unknown paths answer 404 with or without a token; a spec path\'s other methods answer 405 without one', async (t) => {
+  for (const headers of [{}, bearer('garbage'), bearer(readToken())]) {
+    const res = await harness.request('/no/such/path', { headers })
+    t.equal(res.status, 404)
+    t.equal(problemType(res), 'about:blank')
+  }
+  const put = await harness.request(ordersPath(), { method: 'PUT' })
+  t.equal(put.status, 405)
+  t.match(put.headers.get('allow'), /DELETE/)
+})
+
 t.test('JWT_ISSUER and JWT_AUDIENCE not set: any iss and aud, or none → 200', async (t) => {
   for (const claims of [{ iss: 'https://anyone.example/', aud: 'anything' }, { iss: ISSUER }, {}]) {
     const res = await get(bearer(token({ scope: 'read:resource', ...claims })))

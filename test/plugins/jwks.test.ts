@@ -22,9 +22,9 @@ function signingKey (kid: string, alg: 'RS256' | 'ES256'): SigningKey {
 const jwk = ({ kid, alg, publicKey }: SigningKey) => ({ ...publicKey.export({ format: 'jwk' }), kid, alg, use: 'sig' })
 
 /** A read token signed by `signer`, whose header names `kid` (the signer's own unless told). */
-function tokenFrom (signer: SigningKey, kid = signer.kid, header: Record<string, string> = {}): string {
+function tokenFrom (signer: SigningKey, kid = signer.kid, header: Record<string, string> = {}, claims: Record<string, unknown> = {}): string {
   const sign = createSigner({ key: signer.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, algorithm: signer.alg, kid, header: { alg: signer.alg, ...header } })
-  return sign({ scope: 'read:resource', exp: inOneMinute() })
+  return sign({ scope: 'read:resource', exp: inOneMinute(), ...claims })
 }
 
 /** A key set server; `handler` returns the body, or undefined to answer 503. */
@@ -57,6 +57,20 @@ t.test('a token signed by a published key → 200; the key set is fetched once a
   t.equal((await get(tokenFrom(first))).status, 200)
   t.equal((await get(tokenFrom(first))).status, 200)
   t.equal(provider.requests(), 1)
+})
+
+t.test('a shared identity provider: its tokens for another API, or from another issuer, are refused → 401', async (t) => {
+  const issuer = 'https://idp.example/'
+  const audience = 'client-permissions-service'
+  const strict = await build(t, { JWT_SECRET: '', JWKS_URL: provider.url, JWT_ISSUER: issuer, JWT_AUDIENCE: audience })
+  await strict.seed(ordersFixture())
+  const withClaims = (claims: Record<string, unknown>) => strict.request(ordersPath(), { token: tokenFrom(first, first.kid, {}, claims) })
+  t.equal((await withClaims({ iss: issuer, aud: audience })).status, 200, 'ours')
+  for (const claims of [{ iss: issuer, aud: 'billing-api' }, { iss: issuer, aud: ['billing-api', 'reports-api'] }, { iss: issuer }, { iss: 'https://other-idp.example/', aud: audience }]) {
+    const res = await withClaims(claims)
+    t.equal(res.status, 401, JSON.stringify(claims))
+    t.match(res.headers.get('www-authenticate'), /^Bearer error="invalid_token"/)
+  }
 })
 
 t.test('a token whose kid names one key but was signed by another → 401 invalid_token', async (t) => {

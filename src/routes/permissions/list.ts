@@ -7,7 +7,7 @@ import { collectionUrl, pageLinks } from './links.js'
 import { assertClientAuthorized } from './target.js'
 
 type List = Operations['listClientPermissions']
-const { url, schema, scopes } = operations.listClientPermissions
+const { url, schema, config } = operations.listClientPermissions
 
 /**
  * Parses a `sort_by` the schema's pattern has already accepted (`name.desc,id`). A property named
@@ -27,7 +27,7 @@ export default async function listPermissions (fastify: FastifyInstance) {
     Params: List['parameters']['path']
     Querystring: Required<NonNullable<List['parameters']['query']>>
     Reply: List['responses'][200]['content']['application/json']
-  }>(url, { schema, config: { scopes } }, async (request, reply) => {
+  }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, offset: page, sort_by: sortBy } = request.query
     const result = await listGrantedPermissions(fastify.db, {

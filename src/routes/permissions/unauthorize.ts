@@ -7,13 +7,13 @@ import { problems } from '../../problems.js'
 import { assertClientAuthorized } from './target.js'
 
 type Unauthorize = Operations['unauthorizeClientPermissions']
-const { url, schema, scopes } = operations.unauthorizeClientPermissions
+const { url, schema, config } = operations.unauthorizeClientPermissions
 
 export default async function unauthorize (fastify: FastifyInstance) {
   fastify.delete<{
     Params: Unauthorize['parameters']['path']
     Body: Unauthorize['requestBody']['content']['application/json']
-  }>(url, { schema, config: { scopes } }, async (request, reply) => {
+  }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const result = await unauthorizePermissions(fastify.db, { resourceId, clientId, permissionIds: request.body },
       { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: fastify.config.DATABASE_STATEMENT_TIMEOUT_MS })

@@ -1,0 +1,105 @@
+// What Fastify needs of each operation of the spec: its method and URL, the JSON schemas it
+// validates and serializes with, the route config the auth hook enforces (scopes, or public), and
+// the statuses it may answer. Pure, so a test can feed it any document.
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
+export type JsonObject = { [key: string]: Json }
+
+const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'options', 'head'] as const
+
+function isObject (value: unknown): value is JsonObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+// Inlines local `#/...` references so every schema handed to Fastify stands alone, and drops
+// OpenAPI-only keywords that JSON Schema validators do not know.
+function dereference (value: Json, spec: JsonObject, seen: string[] = []): Json {
+  if (Array.isArray(value)) return value.map((item) => dereference(item, spec, seen))
+  if (!isObject(value)) return value
+  const ref = value.$ref
+  if (typeof ref === 'string') {
+    if (!ref.startsWith('#/')) throw new Error(`only local references are supported: ${ref}`)
+    if (seen.includes(ref)) throw new Error(`recursive reference: ${[...seen, ref].join(' -> ')}`)
+    const target = ref.slice(2).split('/').reduce<Json>((node, key) => {
+      const next = isObject(node) ? node[key.replaceAll('~1', '/').replaceAll('~0', '~')] : undefined
+      if (next === undefined) throw new Error(`unresolved reference: ${ref}`)
+      return next
+    }, spec)
+    return dereference(target, spec, [...seen, ref])
+  }
+  const result: JsonObject = {}
+  for (const [key, child] of Object.entries(value)) {
+    if (key === 'example') continue
+    result[key] = dereference(child, spec, seen)
+  }
+  return result
+}
+
+function parametersSchema (parameters: JsonObject[], location: string): JsonObject | undefined {
+  const matching = parameters.filter((parameter) => parameter.in === location)
+  if (matching.length === 0) return undefined
+  const properties: JsonObject = {}
+  const required: string[] = []
+  for (const parameter of matching) {
+    const name = parameter.name as string
+    properties[name] = parameter.schema as JsonObject
+    if (parameter.required === true) required.push(name)
+  }
+  return { type: 'object', properties, ...(required.length > 0 ? { required } : {}) }
+}
+
+// The route config of an operation's security: the scopes a token needs, or, for `security: []`
+// on purpose, a public route. An operation with no requirement of its own and no document-level
+// default is an error: left alone it would be public by accident.
+function accessOf (operationId: string, security: Json | undefined, spec: JsonObject): JsonObject {
+  const requirements = security ?? spec.security
+  if (!Array.isArray(requirements)) {
+    throw new Error(`${operationId}: no security requirement (the operation's or the document's); ` +
+      'declare `security: []` to make it public on purpose')
+  }
+  if (requirements.length === 0) return { public: true }
+  if (requirements.length > 1 || !isObject(requirements[0]) || Object.keys(requirements[0]).length !== 1) {
+    throw new Error(`${operationId}: only one security scheme per operation is supported`)
+  }
+  return { scopes: Object.values(requirements[0])[0] as string[] }
+}
+
+export function buildOperations (spec: JsonObject): JsonObject {
+  const operations: JsonObject = {}
+  for (const [path, rawPathItem] of Object.entries(spec.paths as JsonObject)) {
+    const pathItem = dereference(rawPathItem, spec) as JsonObject
+    for (const method of METHODS) {
+      const operation = pathItem[method]
+      if (!isObject(operation)) continue
+      const operationId = operation.operationId as string
+      const parameters = new Map<string, JsonObject>()
+      for (const parameter of [...(pathItem.parameters ?? []) as JsonObject[], ...(operation.parameters ?? []) as JsonObject[]]) {
+        parameters.set(`${parameter.in}:${parameter.name}`, parameter)
+      }
+      const schema: JsonObject = {}
+      const params = parametersSchema([...parameters.values()], 'path')
+      const querystring = parametersSchema([...parameters.values()], 'query')
+      if (params) schema.params = params
+      if (querystring) schema.querystring = querystring
+      const body = ((operation.requestBody as JsonObject | undefined)?.content as JsonObject | undefined)?.['application/json']
+      if (isObject(body)) schema.body = body.schema
+      // Success bodies are serialized by fast-json-stringify, which also drops undeclared fields;
+      // problem bodies come from the error handler.
+      const response: JsonObject = {}
+      for (const [status, answer] of Object.entries(operation.responses as JsonObject)) {
+        const json = ((answer as JsonObject).content as JsonObject | undefined)?.['application/json']
+        if (status.startsWith('2') && isObject(json)) response[status] = json.schema
+      }
+      if (Object.keys(response).length > 0) schema.response = response
+      operations[operationId] = {
+        operationId,
+        method: method.toUpperCase(),
+        path,
+        url: path.replace(/\{([^}]+)\}/g, ':$1'),
+        config: accessOf(operationId, operation.security, spec),
+        statuses: Object.keys(operation.responses as JsonObject).map(Number),
+        schema
+      }
+    }
+  }
+  return operations
+}

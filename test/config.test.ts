@@ -1,0 +1,53 @@
+// src/config.ts's production rules, in-process (test/server.test.ts starts real processes with them).
+import t from 'tap'
+import { assertProductionReady, audiencesOf, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, tokenTypeOf } from '../src/config.js'
+import { withLocalDefaults } from '../src/local-dev.js'
+import { TEST_SECRET } from './tokens.js'
+
+t.test('local rules only for NODE_ENV unset, development or test, spelled exactly so', async (t) => {
+  for (const NODE_ENV of [undefined, 'development', 'test']) t.notOk(isProduction(loadConfig({ NODE_ENV })), String(NODE_ENV))
+  for (const NODE_ENV of ['production', 'prod', 'Production', 'staging', 'Development', 'TEST', 'dev', 'development ']) {
+    t.ok(isProduction(loadConfig({ NODE_ENV })), NODE_ENV)
+  }
+})
+
+t.test('under production rules nothing is filled in locally: no generated secret', async (t) => {
+  await t.rejects(withLocalDefaults(loadConfig({ NODE_ENV: 'prod' })), /local defaults are for development only \(NODE_ENV=prod\)/)
+})
+
+t.test('production needs DATABASE_URL, a key, JWT_ISSUER and JWT_AUDIENCE, named one at a time', async (t) => {
+  const complete = { NODE_ENV: 'production', DATABASE_URL: 'postgres://db/x', JWT_SECRET: TEST_SECRET, JWT_ISSUER: 'https://idp/', JWT_AUDIENCE: 'api' }
+  t.doesNotThrow(() => assertProductionReady(loadConfig(complete)))
+  for (const [missing, named] of [['DATABASE_URL', 'DATABASE_URL'], ['JWT_SECRET', 'one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET'], ['JWT_ISSUER', 'JWT_ISSUER'], ['JWT_AUDIENCE', 'JWT_AUDIENCE']]) {
+    t.throws(() => assertProductionReady(loadConfig({ ...complete, [missing]: undefined })), { message: `Refusing to start: ${named} is required in production (NODE_ENV=production).` }, missing)
+  }
+})
+
+t.test('JWT_AUDIENCE: comma-separated, blanks ignored; a value with nothing in it is refused', async (t) => {
+  t.same(audiencesOf(loadConfig({ JWT_AUDIENCE: 'api' })), ['api'])
+  t.same(audiencesOf(loadConfig({ JWT_AUDIENCE: ' api , https://api.example/,, legacy ' })), ['api', 'https://api.example/', 'legacy'])
+  t.same(audiencesOf(loadConfig({})), [])
+  for (const value of [' ', ',', ' , ']) t.throws(() => loadConfig({ JWT_AUDIENCE: value }), /JWT_AUDIENCE must match pattern/, JSON.stringify(value))
+})
+
+t.test('JWT_TYPE: compared as fast-jwt does, lower case without "application/"; junk refused', async (t) => {
+  t.equal(tokenTypeOf(loadConfig({})), undefined)
+  t.equal(tokenTypeOf(loadConfig({ JWT_TYPE: 'at+jwt' })), 'at+jwt')
+  t.equal(tokenTypeOf(loadConfig({ JWT_TYPE: 'Application/AT+JWT' })), 'at+jwt')
+  for (const value of ['at jwt', 'at+jwt,jwt', 'application/']) t.throws(() => loadConfig({ JWT_TYPE: value }), /JWT_TYPE must match pattern/, value)
+})
+
+t.test('JWKS over http: loopback hosts are local; any other host needs JWKS_ALLOW_HTTP in production', async (t) => {
+  const loopback = ['http://127.0.0.1/jwks', 'http://127.9.8.7:8080/jwks', 'http://localhost:9/jwks', 'http://[::1]:9/jwks', 'https://idp.example/jwks']
+  for (const url of loopback) {
+    t.notOk(jwksOverNetworkHttp({ JWKS_URL: url }), url)
+    t.equal(jwtKeyOf(loadConfig({ NODE_ENV: 'production', JWKS_URL: url }))?.kind, 'jwks', `${url} in production`)
+  }
+  const remote = ['http://idp.example/jwks', 'http://10.0.0.7/jwks', 'http://127.example.com/jwks', 'http://localhost.example.com/jwks', 'http://[::2]/jwks', 'http://128.0.0.1/jwks']
+  for (const url of remote) {
+    t.ok(jwksOverNetworkHttp({ JWKS_URL: url }), url)
+    t.throws(() => jwtKeyOf(loadConfig({ NODE_ENV: 'production', JWKS_URL: url })), /JWKS_URL must be https:\/\/ in production/, url)
+    t.equal(jwtKeyOf(loadConfig({ NODE_ENV: 'production', JWKS_URL: url, JWKS_ALLOW_HTTP: 'true' }))?.kind, 'jwks', `${url} allowed`)
+    t.equal(jwtKeyOf(loadConfig({ JWKS_URL: url }))?.kind, 'jwks', `${url} outside production`)
+  }
+})
