@@ -40,7 +40,13 @@ function validatorFor (pointer: string) {
   return validate
 }
 
-function pointerEscape (segment: string): string {
+/** The schema at `pointer` in the spec checks `value`: the errors, or undefined when it is valid. */
+export function schemaErrors (pointer: string, value: unknown): string | undefined {
+  const validate = validatorFor(pointer)
+  return validate(value) ? undefined : ajv.errorsText(validate.errors)
+}
+
+export function pointerEscape (segment: string): string {
   return segment.replaceAll('~', '~0').replaceAll('/', '~1')
 }
 

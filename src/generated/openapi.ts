@@ -52,9 +52,15 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description Client id */
+                /**
+                 * @description Client id
+                 * @example billing-app
+                 */
                 client_id: components["parameters"]["ClientId"];
-                /** @description Resource id */
+                /**
+                 * @description Resource id
+                 * @example orders-api
+                 */
                 resource_id: components["parameters"]["ResourceId"];
             };
             cookie?: never;
@@ -96,18 +102,45 @@ export interface components {
             status: "ok";
         };
         Permission: {
-            /** @description Additional information about the permission. */
+            /**
+             * @description Additional information about the permission.
+             * @example Read orders
+             */
             description?: string;
             id: components["schemas"]["PermissionId"];
             /**
              * @description Unique within its resource; a verb and a noun separated by a colon, no spaces.
-             * @example read:user
+             * @example read:orders
              */
             name: string;
         };
-        /** @description The `id` of a Permission. */
+        /**
+         * @description The `id` of a Permission.
+         * @example perm_read_orders
+         */
         PermissionId: string;
-        /** @description An RFC 9457 problem details object. */
+        /**
+         * @description An RFC 9457 problem details object (`application/problem+json`), the body of every error.
+         *     The `type` URIs below are relative references that identify the problem; they are stable
+         *     and meant to be compared as strings:
+         *
+         *     | type | status | meaning |
+         *     |---|---|---|
+         *     | `/problems/invalid-request` | 400 | a parameter or the body broke the contract; `errors[]` says where |
+         *     | `/problems/malformed-body` | 400 | the body is not parseable JSON |
+         *     | `/problems/missing-credentials` | 401 | no Bearer token was sent |
+         *     | `/problems/invalid-token` | 401 | the token is malformed, expired, not yet valid or not signed by a trusted key |
+         *     | `/problems/insufficient-scope` | 403 | the token lacks the operation's scope |
+         *     | `/problems/resource-not-found` | 404 | no resource has that id |
+         *     | `/problems/client-not-found` | 404 | no client has that id |
+         *     | `/problems/client-not-authorized` | 404 | the client exists but is not authorized on the resource |
+         *     | `/problems/unknown-permissions` | 422 | some ids are not permissions of the resource; `unknown_permission_ids` lists them |
+         *     | `/problems/database-unavailable` | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query); retry after `Retry-After` seconds |
+         *     | `/problems/keys-unavailable` | 503 | the identity provider's key set (`JWKS_URL`) has never been fetched and cannot be now |
+         *     | `/problems/overloaded` | 503 | more requests than this replica can serve now, answered at once instead of queued: no database connection became free within `DATABASE_CONNECTION_WAIT_MS` (1 s) or the database refused one more, the database cancelled a statement past `DATABASE_STATEMENT_TIMEOUT_MS` (5 s), or the event loop lags; nothing was changed; retry after `Retry-After` seconds |
+         *     | `/problems/shutting-down` | 503 | (readiness only) this replica is shutting down |
+         *     | `about:blank` | any | a plain HTTP error (unknown route, wrong method, body too large, unsupported media type, request timeout, headers too large, malformed HTTP or URL, internal error); `title` is the RFC 9110 status phrase. Errors of the HTTP layer itself (malformed HTTP or URL, 408, 431) are answered before authentication |
+         */
         Problem: {
             /**
              * @description What went wrong with this request.
@@ -264,9 +297,15 @@ export interface components {
         };
     };
     parameters: {
-        /** @description Client id */
+        /**
+         * @description Client id
+         * @example billing-app
+         */
         ClientId: components["schemas"]["EntityId"];
-        /** @description Resource id */
+        /**
+         * @description Resource id
+         * @example orders-api
+         */
         ResourceId: components["schemas"]["EntityId"];
     };
     requestBodies: never;
@@ -329,9 +368,15 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description Client id */
+                /**
+                 * @description Client id
+                 * @example billing-app
+                 */
                 client_id: components["parameters"]["ClientId"];
-                /** @description Resource id */
+                /**
+                 * @description Resource id
+                 * @example orders-api
+                 */
                 resource_id: components["parameters"]["ResourceId"];
             };
             cookie?: never;
@@ -346,6 +391,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example [
+                     *       {
+                     *         "id": "perm_create_customers",
+                     *         "name": "create:customers",
+                     *         "description": "Create customers"
+                     *       },
+                     *       {
+                     *         "id": "perm_create_invoices",
+                     *         "name": "create:invoices",
+                     *         "description": "Create invoices"
+                     *       },
+                     *       {
+                     *         "id": "perm_create_orders",
+                     *         "name": "create:orders",
+                     *         "description": "Create orders"
+                     *       }
+                     *     ]
+                     */
                     "application/json": components["schemas"]["Permission"][];
                 };
             };
@@ -364,9 +428,15 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Client id */
+                /**
+                 * @description Client id
+                 * @example billing-app
+                 */
                 client_id: components["parameters"]["ClientId"];
-                /** @description Resource id */
+                /**
+                 * @description Resource id
+                 * @example orders-api
+                 */
                 resource_id: components["parameters"]["ResourceId"];
             };
             cookie?: never;

@@ -83,7 +83,10 @@ export const operations = {
                 "minLength": 1,
                 "maxLength": 255,
                 "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-                "description": "The `id` of a Permission."
+                "description": "The `id` of a Permission.",
+                "examples": [
+                  "perm_read_orders"
+                ]
               },
               "name": {
                 "type": "string",
@@ -92,13 +95,16 @@ export const operations = {
                 "maxLength": 255,
                 "pattern": "^[^\\s:]+:[^\\s:]+$",
                 "examples": [
-                  "read:user"
+                  "read:orders"
                 ]
               },
               "description": {
                 "type": "string",
                 "description": "Additional information about the permission.",
-                "maxLength": 255
+                "maxLength": 255,
+                "examples": [
+                  "Read orders"
+                ]
               }
             }
           }
@@ -161,7 +167,10 @@ export const operations = {
           "minLength": 1,
           "maxLength": 255,
           "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-          "description": "The `id` of a Permission."
+          "description": "The `id` of a Permission.",
+          "examples": [
+            "perm_read_orders"
+          ]
         }
       }
     }
