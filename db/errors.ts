@@ -45,3 +45,8 @@ export function overloadReasonOf (error: unknown): OverloadReason | undefined {
   if (error instanceof Error && codeOf(error) === STATEMENT_TIMEOUT) return 'statement_timeout'
   return undefined
 }
+
+/** What a log line needs of a database error: no client, no connection parameters, no SQL. */
+export function databaseErrorSummary (error: Error & { code?: string }): { code?: string, reason: string } {
+  return { code: error.code, reason: error.message }
+}

@@ -3,6 +3,7 @@
 // connection of its own so that it never queues behind API traffic. Both close with the server.
 import { performance } from 'node:perf_hooks'
 import fp from 'fastify-plugin'
+import { databaseErrorSummary } from '../db/errors.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { DatabasePool } from '../db/pool.js'
 import { ping } from '../db/queries.js'
@@ -48,7 +49,8 @@ export default fp(async function db (fastify) {
   })
   // An idle client that loses its connection (say, the server restarts) emits 'error' on the pool;
   // unhandled, that would crash the process. The pool drops the client and connects anew later.
-  pool.on('error', (error) => fastify.log.warn({ err: error }, 'idle database connection lost'))
+  // Message and code only: pg hangs the whole client (connection parameters, last query) on the error.
+  pool.on('error', (error) => fastify.log.warn(databaseErrorSummary(error), 'idle database connection lost'))
   probePool.on('error', () => {})
   fastify.decorate('db', pool)
   fastify.decorate('checkDatabase', readinessCheck(pool, probePool, config.READINESS_TIMEOUT_MS))

@@ -1,6 +1,7 @@
 // The database really goes away (its server is stopped) and comes back.
 import { readdir, readFile } from 'node:fs/promises'
 import { join } from 'node:path'
+import { Writable } from 'node:stream'
 import t from 'tap'
 import { seedDatabase } from '../db/seed.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
@@ -8,7 +9,9 @@ import { build, ownPostgres } from './helper.js'
 import { deleteToken, readToken } from './tokens.js'
 
 const server = await ownPostgres(t)
-const harness = await build(t, { DATABASE_URL: server.url })
+const logs: string[] = []
+const stream = new Writable({ write (chunk, _encoding, done) { logs.push(...chunk.toString().split('\n').filter(Boolean)); done() } })
+const harness = await build(t, { DATABASE_URL: server.url, LOG_LEVEL: 'warn' }, { logs: stream })
 await seedDatabase(harness.app.db, ordersFixture())
 const list = () => harness.request(ordersPath(), { token: readToken() })
 
@@ -32,6 +35,12 @@ t.test('database stopped → 503 problem with Retry-After, /readyz 503, /healthz
   t.ok(Date.now() - started < 15_000, 'answered within seconds, not hung')
   t.equal((await harness.request('/healthz')).status, 200)
   t.equal((await harness.request(ordersPath())).status, 401, 'auth still answers first')
+  const lost = logs.map((line) => JSON.parse(line)).filter((line) => /idle database connection lost|readiness check failed/.test(line.msg))
+  t.ok(lost.length > 0, 'the lost connections and the failed readiness check are logged')
+  for (const line of lost) {
+    t.same(Object.keys(line).filter((key) => !['level', 'time', 'pid', 'hostname', 'msg', 'reqId'].includes(key)).sort(), ['code', 'reason'], line.msg)
+    t.ok(JSON.stringify(line).length < 400, `${line.msg}: one short line, no pg client in it`)
+  }
 })
 
 t.test('database back → the same process serves again, with its data and metrics of the outage', async (t) => {

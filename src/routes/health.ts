@@ -3,6 +3,7 @@
 // when the database cannot be reached or from the moment the service starts shutting down.
 import type { FastifyInstance } from 'fastify'
 import { exemptFromPressure } from '../../plugins/pressure.js'
+import { databaseErrorSummary } from '../../db/errors.js'
 import { operations } from '../generated/operations.js'
 import { problems } from '../problems.js'
 
@@ -16,7 +17,7 @@ export default async function healthRoutes (fastify: FastifyInstance) {
     try {
       await fastify.checkDatabase()
     } catch (error) {
-      request.log.warn({ err: error }, 'readiness check failed')
+      request.log.warn(databaseErrorSummary(error as Error), 'readiness check failed')
       throw problems.databaseUnavailable()
     }
     return { status: 'ok' as const }
