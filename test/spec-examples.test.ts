@@ -72,12 +72,12 @@ t.test('the ids Swagger UI pre-fills are in the demo data, and the DELETE exampl
   const body = ((operation.delete as Node).requestBody as Node).content as Node
   for (const example of Object.values((body['application/json'] as Node).examples as Node)) {
     const ids = (example as Node).value as string[]
-    t.ok(ids.every((id) => authorization?.permission_ids.includes(id)), `${ids.join(', ')} are granted`)
+    t.ok(ids.every((id) => authorization?.permission_ids?.includes(id)), `${ids.join(', ')} are granted`)
   }
   const listed = ((((operation.get as Node).responses as Node)['200'] as Node).content as Node)['application/json'] as Node
   for (const permission of listed.example as Array<{ id: string, name: string }>) {
     const known = demo.permissions.find((candidate) => candidate.id === permission.id)
     t.same(permission, { id: known?.id, name: known?.name, description: known?.description }, `${permission.id} as the demo data has it`)
-    t.ok(authorization?.permission_ids.includes(permission.id), `${permission.id} is granted`)
+    t.ok(authorization?.permission_ids?.includes(permission.id), `${permission.id} is granted`)
   }
 })
