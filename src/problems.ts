@@ -149,7 +149,24 @@ const validationLocations: Record<string, FieldError['location']> = {
   params: 'path', querystring: 'query', headers: 'header', body: 'body'
 }
 
-interface ValidationIssue { instancePath: string, message?: string, params?: Record<string, unknown> }
+interface ValidationIssue {
+  instancePath: string
+  keyword?: string
+  message?: string
+  params?: Record<string, unknown>
+  parentSchema?: { 'x-pattern-hint'?: string }
+}
+
+// Said the same way however the body is wrong, so a newcomer learns what to send.
+const EXPECTED_BODY = 'a JSON array of 1 to 500 permission ids, such as ["perm_read_orders"]'
+
+function messageOf (issue: ValidationIssue, location: FieldError['location']): string {
+  // A pattern is explained in the spec's words, not shown as a regular expression.
+  const hint = issue.parentSchema?.['x-pattern-hint']
+  if (issue.keyword === 'pattern' && hint) return `must be ${hint}`
+  if (location === 'body' && issue.instancePath === '' && issue.keyword === 'type') return `must be ${EXPECTED_BODY}`
+  return issue.message ?? 'is invalid'
+}
 
 function fieldErrors (error: FastifyError): FieldError[] {
   const location = validationLocations[error.validationContext ?? 'body'] ?? 'body'
@@ -158,7 +175,7 @@ function fieldErrors (error: FastifyError): FieldError[] {
     return {
       location,
       pointer: issue.instancePath + (typeof missing === 'string' ? `/${missing}` : ''),
-      message: issue.message ?? 'is invalid'
+      message: messageOf(issue, location)
     }
   })
 }
@@ -167,18 +184,22 @@ function fieldErrors (error: FastifyError): FieldError[] {
 const fastifyProblems: Record<string, (error: FastifyError) => Problem> = {
   FST_ERR_CTP_INVALID_MEDIA_TYPE: () => new Problem({ status: 415, detail: 'The body must be application/json.' }),
   FST_ERR_CTP_BODY_TOO_LARGE: () => new Problem({ status: 413, detail: 'The body is larger than 256 KiB.' }),
-  FST_ERR_CTP_EMPTY_JSON_BODY: () => problems.malformedBody('The body is empty; a JSON array of permission ids is required.'),
-  FST_ERR_CTP_INVALID_JSON_BODY: () => problems.malformedBody('The body is not valid JSON.'),
+  FST_ERR_CTP_EMPTY_JSON_BODY: () => problems.malformedBody(`The body is empty; send ${EXPECTED_BODY}.`),
+  FST_ERR_CTP_INVALID_JSON_BODY: () => problems.malformedBody(`The body is not valid JSON; send ${EXPECTED_BODY}.`),
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: () => problems.malformedBody('Content-Length does not match the body.')
 }
 
-export function toProblem (error: FastifyError): Problem {
+export function toProblem (error: FastifyError, request?: FastifyRequest): Problem {
   if (error instanceof Problem) return error
+  // No body at all (and so no content type): the same answer as an empty JSON body.
+  if (error.validation && error.validationContext === 'body' && request && request.body === undefined) {
+    return problems.malformedBody(`The body is empty; send ${EXPECTED_BODY}.`)
+  }
   if (error.validation) return problems.invalidRequest(fieldErrors(error))
   const known = error.code ? fastifyProblems[error.code] : undefined
   if (known) return known(error)
   // JSON.parse and secure-json-parse reject bad JSON and __proto__ keys with a 400 SyntaxError.
-  if (error instanceof SyntaxError && error.statusCode === 400) return problems.malformedBody('The body is not valid JSON.')
+  if (error instanceof SyntaxError && error.statusCode === 400) return problems.malformedBody(`The body is not valid JSON; send ${EXPECTED_BODY}.`)
   if (isDatabaseUnavailable(error)) return problems.databaseUnavailable()
   if (overloadReasonOf(error)) return problems.overloaded()
   const status = error.statusCode ?? 500
@@ -187,7 +208,7 @@ export function toProblem (error: FastifyError): Problem {
 }
 
 export function errorHandler (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const problem = toProblem(error)
+  const problem = toProblem(error, request)
   // Shedding load is the service working as designed: worth a warning, not an error with a stack.
   if (problem.type === OVERLOADED) request.log.warn({ reason: overloadReasonOf(error) ?? 'event_loop', detail: error.message }, 'request shed')
   else if (problem.status >= 500) request.log.error({ err: error }, 'request failed')

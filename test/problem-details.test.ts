@@ -143,8 +143,8 @@ t.test('Fastify body errors, by code, as the problems the spec declares', async 
   const cases: Array<[string, number, string, string]> = [
     ['FST_ERR_CTP_INVALID_MEDIA_TYPE', 415, 'about:blank', 'The body must be application/json.'],
     ['FST_ERR_CTP_BODY_TOO_LARGE', 413, 'about:blank', 'The body is larger than 256 KiB.'],
-    ['FST_ERR_CTP_EMPTY_JSON_BODY', 400, '/problems/malformed-body', 'The body is empty; a JSON array of permission ids is required.'],
-    ['FST_ERR_CTP_INVALID_JSON_BODY', 400, '/problems/malformed-body', 'The body is not valid JSON.'],
+    ['FST_ERR_CTP_EMPTY_JSON_BODY', 400, '/problems/malformed-body', 'The body is empty; send a JSON array of 1 to 500 permission ids, such as ["perm_read_orders"].'],
+    ['FST_ERR_CTP_INVALID_JSON_BODY', 400, '/problems/malformed-body', 'The body is not valid JSON; send a JSON array of 1 to 500 permission ids, such as ["perm_read_orders"].'],
     ['FST_ERR_CTP_INVALID_CONTENT_LENGTH', 400, '/problems/malformed-body', 'Content-Length does not match the body.']
   ]
   for (const [code, status, type, detail] of cases) {
@@ -154,7 +154,7 @@ t.test('Fastify body errors, by code, as the problems the spec declares', async 
 
 t.test('other errors: bad JSON is malformed-body, outages 503, other 4xx keep their status, the rest is 500', async (t) => {
   const syntax = Object.assign(new SyntaxError('Unexpected token'), { statusCode: 400 }) as unknown as FastifyError
-  t.match(toProblem(syntax).toJSON(), { status: 400, type: '/problems/malformed-body', detail: 'The body is not valid JSON.' })
+  t.match(toProblem(syntax).toJSON(), { status: 400, type: '/problems/malformed-body', detail: 'The body is not valid JSON; send a JSON array of 1 to 500 permission ids, such as ["perm_read_orders"].' })
   // A SyntaxError thrown by our own code is a bug, not the client's bad JSON.
   t.match(toProblem(new SyntaxError('oops') as FastifyError).toJSON(), { status: 500, type: 'about:blank' })
   t.match(toProblem(fastifyError({ code: 'ECONNREFUSED' })).toJSON(), { status: 503, type: '/problems/database-unavailable' })

@@ -127,7 +127,7 @@ export interface components {
          *     | type | status | meaning |
          *     |---|---|---|
          *     | `/problems/invalid-request` | 400 | a parameter or the body broke the contract; `errors[]` says where |
-         *     | `/problems/malformed-body` | 400 | the body is not parseable JSON |
+         *     | `/problems/malformed-body` | 400 | the body is missing, empty or not parseable JSON; `detail` says what to send |
          *     | `/problems/missing-credentials` | 401 | no Bearer token was sent |
          *     | `/problems/invalid-token` | 401 | the token is malformed, expired, not yet valid or not signed by a trusted key |
          *     | `/problems/insufficient-scope` | 403 | the token lacks the operation's scope |

@@ -29,13 +29,15 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$"
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$"
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
           }
         },
         "required": [
@@ -62,7 +64,8 @@ export const operations = {
             "type": "string",
             "default": "name.asc",
             "maxLength": 100,
-            "pattern": "^(id|name|description)(\\.(asc|desc))?(,(id|name|description)(\\.(asc|desc))?)*$"
+            "pattern": "^(id|name|description)(\\.(asc|desc))?(,(id|name|description)(\\.(asc|desc))?)*$",
+            "x-pattern-hint": "comma-separated sort keys, each id, name or description, optionally followed by .asc or .desc (for example name.desc,id)"
           }
         }
       },
@@ -83,6 +86,7 @@ export const operations = {
                 "minLength": 1,
                 "maxLength": 255,
                 "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+                "x-pattern-hint": "text without NUL characters or unpaired surrogates",
                 "description": "The `id` of a Permission.",
                 "examples": [
                   "perm_read_orders"
@@ -144,13 +148,15 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$"
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$"
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
           }
         },
         "required": [
@@ -167,6 +173,7 @@ export const operations = {
           "minLength": 1,
           "maxLength": 255,
           "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+          "x-pattern-hint": "text without NUL characters or unpaired surrogates",
           "description": "The `id` of a Permission.",
           "examples": [
             "perm_read_orders"

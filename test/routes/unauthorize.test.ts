@@ -102,6 +102,26 @@ t.test('500 ids (the maximum) are accepted', async (t) => {
   t.same(await grantsOf(), [])
 })
 
+t.test('every body that is not an array of ids is answered with the same sentence of what to send', async (t) => {
+  const expected = 'a JSON array of 1 to 500 permission ids, such as ["perm_read_orders"]'
+  const send = (headers: Record<string, string>, body?: string) =>
+    harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), headers, body })
+  const answers: Array<[string, Awaited<ReturnType<typeof send>>]> = [
+    ['no body, no content type', await send({})],
+    ['no body, JSON content type', await send({ 'content-type': 'application/json' })],
+    ['an empty JSON body', await send({ 'content-type': 'application/json' }, '')],
+    ['not JSON', await send({ 'content-type': 'application/json' }, 'perm_read_orders')],
+    ['a JSON object', await send({ 'content-type': 'application/json' }, '{"ids":["p_read_orders"]}')],
+    ['a JSON string', await send({ 'content-type': 'application/json' }, '"p_read_orders"')]
+  ]
+  for (const [label, res] of answers) {
+    t.equal(res.status, 400, label)
+    const { detail, errors } = res.body as { detail: string, errors?: Array<{ message: string }> }
+    t.ok(detail.includes(expected) || errors?.[0].message === `must be ${expected}`, `${label}: ${detail}`)
+  }
+  t.equal((await grantsOf()).length, 10, 'nothing removed')
+})
+
 t.test('malformed or missing bodies → 400 malformed-body or invalid-request', async (t) => {
   const send = (body: string | undefined, headers: Record<string, string> = { 'content-type': 'application/json' }) =>
     harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), headers, body })
@@ -113,7 +133,7 @@ t.test('malformed or missing bodies → 400 malformed-body or invalid-request', 
   t.equal((empty.body as { type: string }).type, '/problems/malformed-body')
   const missing = await send(undefined, {})
   t.equal(missing.status, 400)
-  t.equal((missing.body as { type: string }).type, '/problems/invalid-request')
+  t.equal((missing.body as { type: string }).type, '/problems/malformed-body', 'no body and no content type: as an empty body')
   const poisoned = await send('[{"__proto__": {"x": 1}}]')
   t.equal(poisoned.status, 400)
   t.equal((await grantsOf()).length, 10)
