@@ -1,5 +1,5 @@
 // Serves the contract itself, openapi/openapi.yaml, at GET /openapi.json, and Swagger UI at /docs
-// (no token needed to read; "Authorize" takes a pasted Bearer token).
+// (no token needed to read; "Authorize" takes a pasted Bearer token); GET / redirects there.
 // https://github.com/fastify/fastify-swagger, https://github.com/fastify/fastify-swagger-ui
 import { readFile } from 'node:fs/promises'
 import fastifySwagger from '@fastify/swagger'
@@ -20,6 +20,8 @@ async function publicDocs (fastify: FastifyInstance) {
     uiConfig: { url: '/openapi.json', persistAuthorization: true, displayOperationId: true }
   })
   fastify.get('/openapi.json', { schema: { hide: true } }, async () => fastify.swagger())
+  // Someone who opens the service's root in a browser is looking for the docs.
+  fastify.get('/', { schema: { hide: true } }, async (_request, reply) => reply.redirect('/docs', 302))
 }
 
 export default fp(async function docs (fastify) {

@@ -9,7 +9,7 @@ import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
 import type { RunningPostgres } from '../db/embedded-postgres.js'
 import { isDatabaseUnavailable } from '../db/errors.js'
-import { seedDatabase } from '../db/seed.js'
+import { seedDatabase, type SeedData } from '../db/seed.js'
 import app, { serverOptions } from './app.js'
 import { assertProductionReady, isProduction, jwtKeyOf, loadConfig } from './config.js'
 import { openLocalDatabase, signToken, withLocalDefaults } from './local-dev.js'
@@ -64,9 +64,13 @@ closeWithGrace({ delay: config.SHUTDOWN_TIMEOUT_MS }, async ({ signal, err }) =>
   fastify.log.info('closed')
 })
 
+let demoLoaded = ''
 if (localDatabase) {
-  const demo = JSON.parse(await readFile(join(projectRoot, 'db', 'demo-data.json'), 'utf8'))
+  const demo = JSON.parse(await readFile(join(projectRoot, 'db', 'demo-data.json'), 'utf8')) as Required<SeedData>
   await seedDatabase(fastify.db, demo)
+  const [first] = demo.authorizations
+  demoLoaded = `Demo data loaded (db/demo-data.json): try resource_id=${first.resource_id}, client_id=${first.client_id} ` +
+    `(${first.permission_ids?.length ?? 0} grants).`
 }
 
 try {
@@ -82,6 +86,7 @@ if (localDatabase || usingLocalSecret) {
   const { port } = fastify.addresses()[0] as AddressInfo
   const base = `http://localhost:${port}`
   const lines = ['', `Swagger UI:  ${base}/docs`, `OpenAPI:     ${base}/openapi.json`]
+  if (demoLoaded) lines.push('', demoLoaded)
   if (usingLocalSecret) {
     const token = signToken(config, 'read:resource delete:resource', 12 * 3600)
     lines.push(

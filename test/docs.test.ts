@@ -34,3 +34,13 @@ t.test('the served document declares the bearer scheme and each operation\'s sco
   t.same(item.get.security, [{ bearerAuth: ['read:resource'] }])
   t.same(item.delete.security, [{ bearerAuth: ['delete:resource'] }])
 })
+
+t.test('GET / points to the docs: 302 to /docs, without a token; other methods on / are 404', async (t) => {
+  const root = await fetch(`${harness.baseUrl}/`, { redirect: 'manual' })
+  t.equal(root.status, 302)
+  t.equal(root.headers.get('location'), '/docs')
+  const followed = await fetch(`${harness.baseUrl}/`)
+  t.equal(followed.status, 200)
+  t.match(await followed.text(), /swagger-ui/)
+  t.equal((await harness.request('/', { method: 'POST' })).status, 404)
+})
