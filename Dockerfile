@@ -26,7 +26,8 @@ COPY openapi ./openapi
 COPY db/migrations ./db/migrations
 COPY db/demo-data.json ./db/demo-data.json
 USER node
-EXPOSE 3000
+# 9464: /metrics when METRICS_PORT=9464 (for the scraper, not the gateway).
+EXPOSE 3000 9464
 # Liveness only: readiness (/readyz) is for the orchestrator's routing, not for restarting.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch(`http://127.0.0.1:${process.env.PORT}/healthz`).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]

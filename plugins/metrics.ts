@@ -1,8 +1,11 @@
 // Prometheus metrics at GET /metrics (fastify-metrics on prom-client): request duration histograms
 // by route, method and status, process metrics, the pg pool's connections, database errors, and
 // requests shed under overload.
-// METRICS_ENABLED=false turns it off. Meant for the internal scraper, not the gateway's clients.
+// METRICS_ENABLED=false turns it off. Meant for the internal scraper, not the gateway's clients:
+// with METRICS_PORT the scrape is served on a listener of its own, and the API port has no /metrics.
 // https://github.com/SkeLLLa/fastify-metrics
+import type { AddressInfo } from 'node:net'
+import Fastify, { type FastifyInstance } from 'fastify'
 import fastifyMetricsModule from 'fastify-metrics'
 import fp from 'fastify-plugin'
 import pg from 'pg'
@@ -14,10 +17,23 @@ import { exemptFromPressure } from './pressure.js'
 // A CommonJS module whose plugin is its `default` export.
 const fastifyMetrics = fastifyMetricsModule.default
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Where the metrics listener is bound, when METRICS_PORT is set and the app is ready. */
+    readonly metricsAddress: AddressInfo | undefined
+  }
+}
+
 export default fp(async function metrics (fastify) {
-  if (!fastify.config.METRICS_ENABLED) return
+  const { METRICS_ENABLED, METRICS_PORT, HOST } = fastify.config
+  let metricsServer: FastifyInstance | undefined
+  fastify.decorate('metricsAddress', { getter: () => metricsServer?.addresses()[0] as AddressInfo | undefined })
+  if (!METRICS_ENABLED) return
+  const ownPort = METRICS_PORT !== undefined
   await fastify.register(fastifyMetrics, {
-    endpoint: { url: '/metrics', method: 'GET', schema: { hide: true }, config: { ...exemptFromPressure, ...publicRoute }, logLevel: 'warn', handler: async () => {} },
+    endpoint: ownPort
+      ? null
+      : { url: '/metrics', method: 'GET', schema: { hide: true }, config: { ...exemptFromPressure, ...publicRoute }, logLevel: 'warn', handler: async () => {} },
     // One app per process in production; tests build several, each starting from a clean registry.
     clearRegisterOnInit: true,
     defaultMetrics: { enabled: true },
@@ -61,4 +77,17 @@ export default fp(async function metrics (fastify) {
     else if (error instanceof pg.DatabaseError) databaseErrors.inc({ kind: 'query' })
   })
   pool.on('error', () => databaseErrors.inc({ kind: 'idle_connection' }))
+
+  if (!ownPort) return
+  // Bound when the app is ready, so a port in use fails the start with its error; closed with it.
+  fastify.addHook('onReady', async () => {
+    metricsServer = Fastify({ logger: false })
+    metricsServer.get('/metrics', async (_request, reply) => {
+      const { register } = client
+      return reply.type(register.contentType).send(await register.metrics())
+    })
+    await metricsServer.listen({ host: HOST, port: METRICS_PORT })
+    fastify.log.info({ address: metricsServer.addresses()[0] }, 'metrics listening')
+  })
+  fastify.addHook('onClose', async () => { await metricsServer?.close() })
 }, { name: 'metrics', dependencies: ['env', 'db'] })

@@ -54,6 +54,8 @@ const schema = {
     TRUST_PROXY: { type: 'string', default: 'false' },
     // Prometheus metrics at GET /metrics.
     METRICS_ENABLED: { type: 'boolean', default: true },
+    // Serve GET /metrics on this port only (same HOST), never on the API port; 0 picks a free port.
+    METRICS_PORT: { type: 'integer', minimum: 0, maximum: 65535 },
     // Above this event-loop lag, API calls are shed with 503; 0 turns shedding off.
     MAX_EVENT_LOOP_DELAY_MS: { type: 'integer', minimum: 0, default: 1000 },
     // On SIGTERM: how long readiness fails while requests are still served (for the gateway to
@@ -91,6 +93,7 @@ export interface Config {
   TRUST_PROXY: string
   MAX_EVENT_LOOP_DELAY_MS: number
   METRICS_ENABLED: boolean
+  METRICS_PORT?: number
   SHUTDOWN_DELAY_MS: number
   SHUTDOWN_TIMEOUT_MS: number
   EMBEDDED_POSTGRES_PORT: number

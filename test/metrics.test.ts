@@ -1,3 +1,5 @@
+import type { AddressInfo } from 'node:net'
+import Fastify from 'fastify'
 import t from 'tap'
 import { ordersFixture, ordersPath } from './fixtures.js'
 import { build } from './helper.js'
@@ -32,4 +34,33 @@ t.test('GET /metrics: Prometheus text with route histograms, pool gauges and dat
 t.test('METRICS_ENABLED=false → no /metrics', async (t) => {
   const harness = await build(t, { METRICS_ENABLED: 'false' })
   t.equal((await harness.request('/metrics')).status, 404)
+})
+
+t.test('METRICS_PORT: /metrics on its own listener only; the API port answers 404; closed with the app', async (t) => {
+  const harness = await build(t, { METRICS_PORT: '0' })
+  await harness.seed(ordersFixture())
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
+  const address = harness.app.metricsAddress
+  t.ok(address, 'bound')
+  t.not(address!.port, new URL(harness.baseUrl).port, 'a port of its own')
+  const scrape = await fetch(`http://127.0.0.1:${address!.port}/metrics`)
+  t.equal(scrape.status, 200)
+  t.match(scrape.headers.get('content-type'), /^text\/plain/)
+  const text = await scrape.text()
+  t.match(text, /http_request_duration_seconds_count\{method="GET",route="\/resources\/:resource_id\/authorized_clients\/:client_id\/permissions",status_code="200"\} 1/, 'the API port\'s requests are measured')
+  t.match(text, /db_pool_connections\{state="total"\}/)
+  t.notMatch(text, /route="\/metrics"/, 'the scrape itself is not measured')
+  const onApiPort = await harness.request('/metrics')
+  t.equal(onApiPort.status, 404, 'not on the API port, which the gateway forwards')
+  t.equal((await fetch(`http://127.0.0.1:${address!.port}/resources`)).status, 404, 'the metrics port serves nothing else')
+  await harness.app.close()
+  await t.rejects(fetch(`http://127.0.0.1:${address!.port}/metrics`), 'closed with the app')
+})
+
+t.test('METRICS_PORT already in use → the start fails with the bind error', async (t) => {
+  const taken = Fastify()
+  await taken.listen({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => taken.close())
+  const port = String((taken.server.address() as AddressInfo).port)
+  await t.rejects(build(t, { METRICS_PORT: port }), { code: 'EADDRINUSE' })
 })
