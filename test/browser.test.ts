@@ -1,0 +1,103 @@
+// Swagger UI as a newcomer uses it, in a real browser (Debian's chromium, driven by playwright-core):
+// Authorize with a token, Execute the list and the pre-filled DELETE, and a call without a token.
+// Screenshots of each step go to reports/browser/ for people to look at.
+import { existsSync } from 'node:fs'
+import { mkdir, readFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { chromium, type Locator, type Page } from 'playwright-core'
+import t from 'tap'
+import { projectRoot } from '../src/project-root.js'
+import { build } from './helper.js'
+import { token } from './tokens.js'
+
+const executablePath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
+if (!existsSync(executablePath)) {
+  // CI installs it (.ci/run); elsewhere: apt-get install chromium.
+  if (process.env.CI) throw new Error(`${executablePath} is missing, and CI must run the browser test`)
+  t.plan(0, `no chromium at ${executablePath} (apt-get install chromium): the Swagger UI test is skipped`)
+  process.exit(0)
+}
+
+const screenshots = join(projectRoot, 'reports', 'browser')
+await mkdir(screenshots, { recursive: true })
+const harness = await build(t)
+await harness.seed(JSON.parse(await readFile(join(projectRoot, 'db', 'demo-data.json'), 'utf8')))
+const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] })
+t.teardown(() => browser.close())
+const page = await browser.newPage({ viewport: { width: 1280, height: 900 } })
+page.setDefaultTimeout(20_000)
+
+// The page's Authorize button (the dialog has one of its own).
+const authorizeButton = page.locator('button.authorize:not(.modal-btn)')
+const shoot = (name: string, target: Page | Locator = page) =>
+  target.screenshot({ path: join(screenshots, `${name}.png`), ...(target === page ? { fullPage: true } : {}) })
+
+/** Expands an operation, presses Try it out, then Execute; the live response's status and body. */
+async function execute (operationId: string): Promise<{ operation: Locator, status: string, body: string }> {
+  const operation = page.locator(`#operations-permissions-${operationId}`)
+  if (!await operation.locator('.try-out__btn').isVisible()) await operation.locator('.opblock-summary').click()
+  const tryOut = operation.locator('.try-out__btn')
+  if ((await tryOut.textContent())?.trim() === 'Try it out') await tryOut.click()
+  // A previous answer stays on the page until cleared: wait for this one.
+  const clear = operation.locator('.btn-clear')
+  if (await clear.isVisible()) await clear.click()
+  await operation.locator('.execute').click()
+  const answer = operation.locator('.live-responses-table tr.response')
+  const status = (await answer.locator('.response-col_status').textContent())?.trim() ?? ''
+  const body = (await answer.locator('.response-col_description').textContent()) ?? ''
+  return { operation, status, body }
+}
+
+async function authorize (value?: string) {
+  await authorizeButton.click()
+  const dialog = page.locator('.modal-ux')
+  if (value === undefined) await dialog.locator('button.modal-btn.auth', { hasText: 'Logout' }).click()
+  else {
+    await dialog.locator('input').fill(value)
+    await dialog.locator('button.modal-btn.auth.authorize').click()
+  }
+  await shoot(value === undefined ? '4a-logged-out' : '1b-authorized', dialog)
+  await dialog.locator('button.btn-done').click()
+  await dialog.waitFor({ state: 'detached' })
+}
+
+t.test('Swagger UI at /docs shows the operations near the top', async (t) => {
+  await page.goto(`${harness.baseUrl}/docs`)
+  const list = page.locator('#operations-permissions-listClientPermissions')
+  await list.waitFor()
+  t.match(await page.locator('.info .title').textContent(), /Client Permissions Service/)
+  const box = await authorizeButton.boundingBox()
+  t.ok(box && box.y < 900, `Authorize is on the first screen (y=${box?.y})`)
+  await shoot('1-docs')
+})
+
+t.test('Authorize with a token, Execute the list with the pre-filled ids → 200 and the demo permissions', async (t) => {
+  await authorize(token({ scope: 'read:resource delete:resource' }))
+  const { operation, status, body } = await execute('listClientPermissions')
+  t.equal(status, '200')
+  t.match(body, /perm_create_customers/)
+  t.match(body, /read:orders/)
+  await shoot('2-list-200', operation)
+})
+
+t.test('Execute the DELETE with its pre-filled example body → 204, and the two grants are gone', async (t) => {
+  const operation = page.locator('#operations-permissions-unauthorizeClientPermissions')
+  await operation.locator('.opblock-summary').click()
+  await operation.locator('.try-out__btn').click()
+  t.match(await operation.locator('textarea.body-param__text').inputValue(), /perm_read_refunds[\s\S]*perm_create_refunds/, 'the example is pre-filled')
+  const { status } = await execute('unauthorizeClientPermissions')
+  t.equal(status, '204')
+  await shoot('3-delete-204', operation)
+  const { rows } = await harness.db.query(
+    "SELECT permission_id FROM grants WHERE resource_id = 'orders-api' AND client_id = 'billing-app' AND permission_id LIKE '%refunds'"
+  )
+  t.same(rows, [], 'perm_read_refunds and perm_create_refunds removed')
+})
+
+t.test('without a token → 401 and the problem shown', async (t) => {
+  await authorize()
+  const { operation, status, body } = await execute('listClientPermissions')
+  t.equal(status, '401')
+  t.match(body, /\/problems\/missing-credentials/)
+  await shoot('4-no-token-401', operation)
+})
