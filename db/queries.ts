@@ -50,7 +50,12 @@ export interface ListGrantedPermissionsInput {
   sort: SortKey[]
 }
 
-export interface PermissionPage extends Target { total: number, permissions: Permission[] }
+export interface PermissionPage extends Target {
+  total: number
+  permissions: Permission[]
+  /** The authorization's version (migration 0004), behind the ETag; undefined when not authorized. */
+  version?: string
+}
 
 // The only text that reaches ORDER BY: columns from these maps and directions from a closed set.
 // A grant carries its permission's name (migration 0002) and description (0003): no order joins.
@@ -98,15 +103,17 @@ export function listGrantedPermissionsSql (sort: SortKey[]): string {
     WITH t AS MATERIALIZED (
       SELECT
         -- NULL when the client is not authorized on the resource.
-        (SELECT grant_count FROM authorizations WHERE resource_id = $1 AND client_id = $2) AS total,
+        a.grant_count AS total, a.version,
         -- The page number times the limit, as bigint: up to 5·10^16 rows, past JavaScript's integers.
         $3::bigint * $4::bigint AS skip
+      FROM (SELECT) AS one
+      LEFT JOIN authorizations a ON a.resource_id = $1 AND a.client_id = $2
     )
     SELECT
       -- An authorization implies both exist (foreign keys): they are looked up only for a 404.
       CASE WHEN t.total IS NULL THEN EXISTS (SELECT 1 FROM resources WHERE id = $1) ELSE true END AS resource_exists,
       CASE WHEN t.total IS NULL THEN EXISTS (SELECT 1 FROM clients WHERE id = $2) ELSE true END AS client_exists,
-      t.total IS NOT NULL AS authorized, coalesce(t.total, 0) AS total,
+      t.total IS NOT NULL AS authorized, coalesce(t.total, 0) AS total, t.version,
       page.id, page.name, page.description
     FROM t
     LEFT JOIN LATERAL (
@@ -139,7 +146,7 @@ function listStatement (sort: SortKey[]): { name: string, text: string } {
  */
 export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput, options: StatementOptions = {}): Promise<PermissionPage> {
   const { name, text } = listStatement(input.sort)
-  const { rows } = await db.query<TargetRow & { total: string, id: string | null, name: string, description: string | null }>(
+  const { rows } = await db.query<TargetRow & { total: string, version: string | null, id: string | null, name: string, description: string | null }>(
     statement(name, text, [input.resourceId, input.clientId, input.limit, input.page], options))
   const first = rows[0]
   const permissions: Permission[] = []
@@ -147,29 +154,29 @@ export async function listGrantedPermissions (db: Queryable, input: ListGrantedP
     if (row.id === null) continue
     permissions.push(row.description === null ? { id: row.id, name: row.name } : { id: row.id, name: row.name, description: row.description })
   }
-  return { ...targetOf(first), total: Number(first.total), permissions }
+  return { ...targetOf(first), total: Number(first.total), permissions, ...(first.version === null ? {} : { version: first.version }) }
 }
 
-/**
- * The unauthorize statement; $1 resource id, $2 client id, $3 permission ids. Whether every id is a
- * permission of the resource is one index scan for the whole array (a count); which ids are not is
- * worked out only when some are not, for the 422.
- */
-export const unauthorizeSql = `
-  WITH target AS (
+// What the DELETE and the POST share ($1 resource id, $2 client id, $3 permission ids, $4 the versions
+// an If-Match accepts, NULL for none): the target, its authorization locked (so two callers holding
+// the same tag are served one after the other, and the second sees the first's version), whether
+// the precondition holds, and whether every id is a permission of the resource (one index scan).
+const changeContext = `
+  target AS (
     SELECT ${targetColumns}
+  ), locked AS MATERIALIZED (
+    SELECT version FROM authorizations WHERE resource_id = $1 AND client_id = $2 FOR UPDATE
+  ), precondition AS (
+    SELECT $4::bigint[] IS NULL OR coalesce((SELECT version FROM locked) = ANY ($4::bigint[]), false) AS met
   ), known AS (
     SELECT count(*) = (SELECT count(DISTINCT id) FROM unnest($3::text[]) AS id) AS all_known
     FROM permissions
     WHERE resource_id = $1 AND id = ANY ($3::text[])
-  ), removed AS (
-    DELETE FROM grants g
-    USING target, known
-    WHERE target.authorized AND known.all_known
-      AND g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = ANY ($3::text[])
-    RETURNING 1
-  )
-  SELECT target.*,
+  )`
+
+// The ids of $3 that are not permissions of the resource, in request order, each once: worked out
+// only when some are not, for the 422.
+const unknownIds = `
     CASE WHEN known.all_known THEN '{}' ELSE (
       SELECT array_agg(r.id ORDER BY r.position)
       FROM (
@@ -178,41 +185,90 @@ export const unauthorizeSql = `
         WHERE NOT EXISTS (SELECT 1 FROM permissions p WHERE p.resource_id = $1 AND p.id = requested.id)
         GROUP BY id
       ) r
-    ) END AS unknown_permission_ids,
-    (SELECT count(*) FROM removed) AS removed
-  FROM target, known`
+    ) END AS unknown_permission_ids`
 
-export interface UnauthorizeInput { resourceId: string, clientId: string, permissionIds: string[] }
+const changeApplies = 'target.authorized AND precondition.met AND known.all_known'
 
-export interface UnauthorizeResult extends Target {
+/** The unauthorize statement: removes the grants only when the change applies. */
+export const unauthorizeSql = `
+  WITH ${changeContext}, changed AS (
+    DELETE FROM grants g
+    USING target, precondition, known
+    WHERE ${changeApplies}
+      AND g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = ANY ($3::text[])
+    RETURNING 1
+  )
+  SELECT target.*, precondition.met AS precondition_met, ${unknownIds},
+    (SELECT count(*) FROM changed) AS changed
+  FROM target, precondition, known`
+
+/** The grant statement: adds the grants not held yet, only when the change applies. */
+export const grantSql = `
+  WITH ${changeContext}, changed AS (
+    INSERT INTO grants (resource_id, client_id, permission_id)
+    SELECT DISTINCT $1, $2, id
+    FROM unnest($3::text[]) AS id, target, precondition, known
+    WHERE ${changeApplies}
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+  )
+  SELECT target.*, precondition.met AS precondition_met, ${unknownIds},
+    (SELECT count(*) FROM changed) AS changed
+  FROM target, precondition, known`
+
+export interface ChangeInput {
+  resourceId: string
+  clientId: string
+  permissionIds: string[]
+  /** The versions an If-Match accepts; undefined when the request has no precondition. */
+  ifMatch?: string[]
+}
+
+export interface ChangeResult extends Target {
+  /** False when an If-Match names no current version: nothing was changed. */
+  preconditionMet: boolean
   /** Requested ids that are not permissions of the resource, in request order, each once. */
   unknownPermissionIds: string[]
-  removed: number
+  /** Grants removed or added. */
+  changed: number
 }
 
 /**
- * Removes grants from a client's authorization on a resource, all or nothing: one statement that
- * deletes only when the client is authorized and every id is a permission of the resource, in an
- * explicit transaction with a server-side statement timeout. COMMIT is sent only after the
- * statement's answer, so a client that gave up waiting never leaves a removal committed behind it.
+ * One change of a client's grants on a resource, all or nothing: one statement that changes only
+ * when the client is authorized, the precondition holds and every id is a permission of the
+ * resource, in an explicit transaction with a server-side statement timeout. COMMIT is sent only
+ * after the statement's answer, so a client that gave up waiting never leaves a change committed
+ * behind it.
  */
-export async function unauthorizePermissions (pool: pg.Pool, input: UnauthorizeInput, options: StatementOptions = {}): Promise<UnauthorizeResult> {
+async function changeGrants (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: StatementOptions): Promise<ChangeResult> {
   const client = await pool.connect()
   try {
     // One round trip; the timeout is transaction-scoped, so nothing leaks to the next user of a
     // pooled server connection.
     const timeout = Math.trunc(options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS)
     await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}`)
-    const { rows: [row] } = await client.query<TargetRow & { unknown_permission_ids: string[], removed: string }>(
-      statement('unauthorize', unauthorizeSql, [input.resourceId, input.clientId, input.permissionIds], options))
+    const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, unknown_permission_ids: string[], changed: string }>(
+      statement(name, text, [input.resourceId, input.clientId, input.permissionIds, input.ifMatch ?? null], options))
     await client.query('COMMIT')
     client.release()
-    return { ...targetOf(row), unknownPermissionIds: row.unknown_permission_ids, removed: Number(row.removed) }
+    return {
+      ...targetOf(row), preconditionMet: row.precondition_met, unknownPermissionIds: row.unknown_permission_ids, changed: Number(row.changed)
+    }
   } catch (error) {
     // A connection whose transaction failed is not reused: it may be in any state.
     client.release(error as Error)
     throw error
   }
+}
+
+/** Removes grants from a client's authorization on a resource (ids not granted are no-ops). */
+export function unauthorizePermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions = {}): Promise<ChangeResult> {
+  return changeGrants(pool, 'unauthorize', unauthorizeSql, input, options)
+}
+
+/** Grants permissions within a client's existing authorization on a resource (ids held are no-ops). */
+export function grantPermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions = {}): Promise<ChangeResult> {
+  return changeGrants(pool, 'grant', grantSql, input, options)
 }
 
 // Seeding (db/seed.ts): upserts, so loading the same document twice changes nothing.

@@ -96,12 +96,18 @@ export const problems = {
     title: 'Client not authorized on resource',
     detail: `The client "${clientId}" is not authorized on the resource "${resourceId}".`
   }),
-  unknownPermissions: (resourceId: string, ids: string[]) => new Problem({
+  unknownPermissions: (resourceId: string, ids: string[], unchanged = 'nothing was removed') => new Problem({
     status: 422,
     type: '/problems/unknown-permissions',
     title: 'Unknown permissions',
-    detail: `${ids.length === 1 ? 'One id is not a permission' : `${ids.length} ids are not permissions`} of the resource "${resourceId}"; nothing was removed.`,
+    detail: `${ids.length === 1 ? 'One id is not a permission' : `${ids.length} ids are not permissions`} of the resource "${resourceId}"; ${unchanged}.`,
     extensions: { unknown_permission_ids: ids }
+  }),
+  preconditionFailed: () => new Problem({
+    status: 412,
+    type: '/problems/precondition-failed',
+    title: 'Precondition failed',
+    detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'
   }),
   routeNotFound: () => new Problem({ status: 404, detail: 'There is nothing at this URL.' }),
   methodNotAllowed: (method: string, allowed: string[]) => new Problem({

@@ -17,12 +17,12 @@ t.test('an unknown route → 404 about:blank problem, even with a token', async 
 })
 
 t.test('a method the spec does not define on a known path → 405 with Allow, before auth and body', async (t) => {
-  for (const method of ['PUT', 'POST', 'PATCH']) {
+  for (const method of ['PUT', 'PATCH', 'OPTIONS']) {
     const res = await harness.request(ordersPath(), {
       method, headers: { 'content-type': 'text/plain' }, body: 'x'.repeat(300 * 1024)
     })
     t.equal(res.status, 405, method)
-    t.equal(res.headers.get('allow'), 'GET, DELETE, HEAD')
+    t.equal(res.headers.get('allow'), 'GET, POST, DELETE, HEAD')
     t.match(res.body, { type: 'about:blank', title: 'Method Not Allowed', status: 405 })
   }
   const health = await harness.request('/healthz', { method: 'DELETE' })

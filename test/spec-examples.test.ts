@@ -69,7 +69,9 @@ t.test('the ids Swagger UI pre-fills are in the demo data, and the DELETE exampl
   const authorization = demo.authorizations.find((grant) => grant.resource_id === resourceId && grant.client_id === clientId)
   t.ok(authorization, `${clientId} is authorized on ${resourceId} in the demo data`)
   const operation = (spec.paths as Node)['/resources/{resource_id}/authorized_clients/{client_id}/permissions'] as Node
-  const body = ((operation.delete as Node).requestBody as Node).content as Node
+  // DELETE and POST share the body and its example: it removes two grants, and POST gives them back.
+  const body = resolve((operation.delete as Node).requestBody as Node).content as Node
+  t.same(resolve((operation.post as Node).requestBody as Node), resolve((operation.delete as Node).requestBody as Node))
   for (const example of Object.values((body['application/json'] as Node).examples as Node)) {
     const ids = (example as Node).value as string[]
     t.ok(ids.every((id) => authorization?.permission_ids?.includes(id)), `${ids.join(', ')} are granted`)

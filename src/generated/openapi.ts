@@ -77,14 +77,26 @@ export interface paths {
          */
         get: operations["listClientPermissions"];
         put?: never;
-        post?: never;
+        /**
+         * Grant permissions to a client on a resource
+         * @description The inverse of DELETE: grants the listed permissions within the client's existing
+         *     authorization on the resource, in one transaction. Ids already granted are ignored, so a
+         *     retried request still answers 204. If any id is not a permission of the resource the request
+         *     answers 422 naming every such id and grants nothing. The client must already be authorized
+         *     on the resource (404 `client-not-authorized` otherwise: authorizing a client is another
+         *     operation). `If-Match` works as for DELETE. The 404s come first, then 412, then 422.
+         */
+        post: operations["grantClientPermissions"];
         /**
          * Remove permissions from a client on a resource
          * @description Removes the listed permissions from the client's authorization on the resource, in one
          *     transaction. Ids that are permissions of the resource but are not granted are ignored, so a
          *     retried request still answers 204. If any id is not a permission of the resource the request
          *     answers 422 naming every such id and removes nothing. Duplicated ids are allowed. The
-         *     authorization itself remains, even when its last permission is removed.
+         *     authorization itself remains, even when its last permission is removed. With `If-Match`
+         *     (the list's `ETag`), nothing is removed and the answer is 412 when the client's grants
+         *     changed since; the check and the removal are one statement, so of two callers holding the
+         *     same tag one succeeds and the other gets 412. The 404s come first, then 412, then 422.
          */
         delete: operations["unauthorizeClientPermissions"];
         options?: never;
@@ -134,6 +146,7 @@ export interface components {
          *     | `/problems/resource-not-found` | 404 | no resource has that id |
          *     | `/problems/client-not-found` | 404 | no client has that id |
          *     | `/problems/client-not-authorized` | 404 | the client exists but is not authorized on the resource |
+         *     | `/problems/precondition-failed` | 412 | the `If-Match` names no current `ETag`: the grants changed since; nothing was changed |
          *     | `/problems/unknown-permissions` | 422 | some ids are not permissions of the resource; `unknown_permission_ids` lists them |
          *     | `/problems/database-unavailable` | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query); retry after `Retry-After` seconds |
          *     | `/problems/keys-unavailable` | 503 | the identity provider's key set (`JWKS_URL`) has never been fetched and cannot be now |
@@ -251,6 +264,23 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description The client's grants are unchanged since the `ETag` given in `If-None-Match`. */
+        NotModified: {
+            headers: {
+                ETag: components["headers"]["ETag"];
+                [name: string]: unknown;
+            };
+            content?: never;
+        };
+        /** @description The client's grants changed since the `ETag` given in `If-Match`; nothing was changed. */
+        PreconditionFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The request did not arrive in full within Node's header and request timeouts. */
         RequestTimeout: {
             headers: {
@@ -303,13 +333,38 @@ export interface components {
          */
         ClientId: components["schemas"]["EntityId"];
         /**
+         * @description The `ETag` of the list as last read (or `*`, which holds whenever the client is authorized):
+         *     the change is made only if the client's grants have not changed since, else 412 and nothing
+         *     changes. Strong comparison.
+         */
+        IfMatch: string;
+        /**
+         * @description An `ETag` from an earlier answer (or `*`): when the client's grants are unchanged the answer
+         *     is 304 with no body. Weak comparison.
+         */
+        IfNoneMatch: string;
+        /**
          * @description Resource id
          * @example orders-api
          */
         ResourceId: components["schemas"]["EntityId"];
     };
-    requestBodies: never;
+    requestBodies: {
+        /** @description The ids of the permissions (at most 256 KiB). */
+        PermissionIds: {
+            content: {
+                "application/json": components["schemas"]["PermissionId"][];
+            };
+        };
+    };
     headers: {
+        /**
+         * @description The version of the client's grants on the resource (RFC 9110 §8.8.3): the same for every
+         *     page and order, new whenever a grant is added or removed (by any writer). For If-None-Match
+         *     and If-Match.
+         * @example "1042"
+         */
+        ETag: string;
         /**
          * @description RFC 8288 links to the `first`, `prev`, `next` and `last` pages, as absolute URLs that keep
          *     `limit` and `sort_by`.
@@ -366,7 +421,13 @@ export interface operations {
                  */
                 sort_by?: string;
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description An `ETag` from an earlier answer (or `*`): when the client's grants are unchanged the answer
+                 *     is 304 with no body. Weak comparison.
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatch"];
+            };
             path: {
                 /**
                  * @description Client id
@@ -386,6 +447,7 @@ export interface operations {
             /** @description One page of the client's permissions on the resource. */
             200: {
                 headers: {
+                    ETag: components["headers"]["ETag"];
                     Link: components["headers"]["Link"];
                     "X-Total-Count": components["headers"]["X-Total-Count"];
                     [name: string]: unknown;
@@ -413,6 +475,7 @@ export interface operations {
                     "application/json": components["schemas"]["Permission"][];
                 };
             };
+            304: components["responses"]["NotModified"];
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
@@ -423,10 +486,17 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
-    unauthorizeClientPermissions: {
+    grantClientPermissions: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of the list as last read (or `*`, which holds whenever the client is authorized):
+                 *     the change is made only if the client's grants have not changed since, else 412 and nothing
+                 *     changes. Strong comparison.
+                 */
+                "If-Match"?: components["parameters"]["IfMatch"];
+            };
             path: {
                 /**
                  * @description Client id
@@ -441,12 +511,63 @@ export interface operations {
             };
             cookie?: never;
         };
-        /** @description The ids of the permissions to remove (at most 256 KiB). */
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["PermissionId"][];
+        requestBody: components["requestBodies"]["PermissionIds"];
+        responses: {
+            /** @description The permissions are granted (or already were). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["ContentTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description Some ids are not permissions of the resource; nothing was granted. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["UnknownPermissionsProblem"];
+                };
+            };
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
+    };
+    unauthorizeClientPermissions: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The `ETag` of the list as last read (or `*`, which holds whenever the client is authorized):
+                 *     the change is made only if the client's grants have not changed since, else 412 and nothing
+                 *     changes. Strong comparison.
+                 */
+                "If-Match"?: components["parameters"]["IfMatch"];
+            };
+            path: {
+                /**
+                 * @description Client id
+                 * @example billing-app
+                 */
+                client_id: components["parameters"]["ClientId"];
+                /**
+                 * @description Resource id
+                 * @example orders-api
+                 */
+                resource_id: components["parameters"]["ResourceId"];
+            };
+            cookie?: never;
+        };
+        requestBody: components["requestBodies"]["PermissionIds"];
         responses: {
             /** @description The permissions were removed (or were not granted). */
             204: {
@@ -460,6 +581,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             408: components["responses"]["RequestTimeout"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["ContentTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             /** @description Some ids are not permissions of the resource; nothing was removed. */

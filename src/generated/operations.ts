@@ -12,6 +12,7 @@ export const operations = {
     },
     "statuses": [
       200,
+      304,
       400,
       401,
       403,
@@ -116,6 +117,73 @@ export const operations = {
       }
     }
   },
+  "grantClientPermissions": {
+    "operationId": "grantClientPermissions",
+    "method": "POST",
+    "path": "/resources/{resource_id}/authorized_clients/{client_id}/permissions",
+    "url": "/resources/:resource_id/authorized_clients/:client_id/permissions",
+    "config": {
+      "scopes": [
+        "create:resource"
+      ]
+    },
+    "statuses": [
+      204,
+      400,
+      401,
+      403,
+      404,
+      408,
+      412,
+      413,
+      415,
+      422,
+      431,
+      500,
+      503
+    ],
+    "schema": {
+      "params": {
+        "type": "object",
+        "properties": {
+          "resource_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+          },
+          "client_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+          }
+        },
+        "required": [
+          "resource_id",
+          "client_id"
+        ]
+      },
+      "body": {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 500,
+        "items": {
+          "type": "string",
+          "minLength": 1,
+          "maxLength": 255,
+          "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+          "x-pattern-hint": "text without NUL characters or unpaired surrogates",
+          "description": "The `id` of a Permission.",
+          "examples": [
+            "perm_read_orders"
+          ]
+        }
+      }
+    }
+  },
   "unauthorizeClientPermissions": {
     "operationId": "unauthorizeClientPermissions",
     "method": "DELETE",
@@ -133,6 +201,7 @@ export const operations = {
       403,
       404,
       408,
+      412,
       413,
       415,
       422,

@@ -4,6 +4,7 @@ import { listGrantedPermissions, type SortDirection, type SortKey, type SortProp
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { collectionUrl, pageLinks } from './links.js'
+import { etagOf, noneMatchFails } from './preconditions.js'
 import { assertClientAuthorized } from './target.js'
 
 type List = Operations['listClientPermissions']
@@ -26,7 +27,7 @@ export default async function listPermissions (fastify: FastifyInstance) {
   fastify.get<{
     Params: List['parameters']['path']
     Querystring: Required<NonNullable<List['parameters']['query']>>
-    Reply: List['responses'][200]['content']['application/json']
+    Reply: { 200: List['responses'][200]['content']['application/json'], 304: undefined }
   }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, offset: page, sort_by: sortBy } = request.query
@@ -34,6 +35,9 @@ export default async function listPermissions (fastify: FastifyInstance) {
       resourceId, clientId, limit, page, sort: parseSortBy(sortBy)
     }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS })
     assertClientAuthorized(result, resourceId, clientId)
+    const etag = etagOf(result.version!)
+    reply.header('etag', etag)
+    if (noneMatchFails(request.headers['if-none-match'], result.version!)) return reply.code(304).send()
     reply.header('x-total-count', result.total)
     reply.header('link', pageLinks(collectionUrl(request, resourceId, clientId), { limit, page, sortBy, total: result.total }))
     return result.permissions

@@ -1,4 +1,4 @@
-import type { Target } from '../../../db/queries.js'
+import type { ChangeResult, Target } from '../../../db/queries.js'
 import { problems } from '../../problems.js'
 
 /** Throws the 404 problem that says which part of the path does not exist. */
@@ -6,4 +6,11 @@ export function assertClientAuthorized (target: Target, resourceId: string, clie
   if (!target.resourceExists) throw problems.resourceNotFound(resourceId)
   if (!target.clientExists) throw problems.clientNotFound(clientId)
   if (!target.authorized) throw problems.clientNotAuthorized(resourceId, clientId)
+}
+
+/** A change's refusals, in order: which part is missing (404), a stale If-Match (412), unknown ids (422). */
+export function assertChangeApplies (result: ChangeResult, resourceId: string, clientId: string, unchanged: string): void {
+  assertClientAuthorized(result, resourceId, clientId)
+  if (!result.preconditionMet) throw problems.preconditionFailed()
+  if (result.unknownPermissionIds.length > 0) throw problems.unknownPermissions(resourceId, result.unknownPermissionIds, unchanged)
 }

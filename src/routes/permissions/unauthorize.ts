@@ -3,8 +3,8 @@ import type { FastifyInstance } from 'fastify'
 import { unauthorizePermissions } from '../../../db/queries.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
-import { problems } from '../../problems.js'
-import { assertClientAuthorized } from './target.js'
+import { assertChangeApplies } from './target.js'
+import { ifMatchVersions } from './preconditions.js'
 
 type Unauthorize = Operations['unauthorizeClientPermissions']
 const { url, schema, config } = operations.unauthorizeClientPermissions
@@ -15,11 +15,11 @@ export default async function unauthorize (fastify: FastifyInstance) {
     Body: Unauthorize['requestBody']['content']['application/json']
   }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
-    const result = await unauthorizePermissions(fastify.db, { resourceId, clientId, permissionIds: request.body },
-      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: fastify.config.DATABASE_STATEMENT_TIMEOUT_MS })
-    assertClientAuthorized(result, resourceId, clientId)
-    if (result.unknownPermissionIds.length > 0) throw problems.unknownPermissions(resourceId, result.unknownPermissionIds)
-    request.log.info({ resourceId, clientId, removed: result.removed }, 'permissions unauthorized')
+    const result = await unauthorizePermissions(fastify.db, {
+      resourceId, clientId, permissionIds: request.body, ifMatch: ifMatchVersions(request.headers['if-match'])
+    }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: fastify.config.DATABASE_STATEMENT_TIMEOUT_MS })
+    assertChangeApplies(result, resourceId, clientId, 'nothing was removed')
+    request.log.info({ resourceId, clientId, removed: result.changed }, 'permissions unauthorized')
     return reply.code(204).send()
   })
 }

@@ -1,0 +1,96 @@
+// POST: the inverse of DELETE, with the same body rules and the same 404 order.
+import t from 'tap'
+import { ordersFixture, ordersPath } from '../fixtures.js'
+import { build } from '../helper.js'
+import { deleteToken, readToken, token } from '../tokens.js'
+
+const harness = await build(t)
+const createToken = () => token({ scope: 'create:resource' })
+
+// Each test starts from the same grants: app-a holds 10 of orders-api's 12 permissions, app-b none.
+t.beforeEach(async () => {
+  await harness.db.query('TRUNCATE resources, clients CASCADE')
+  await harness.seed(ordersFixture())
+})
+
+const grant = (ids: unknown, path = ordersPath(), options: { token?: string, headers?: Record<string, string> } = {}) =>
+  harness.request(path, { method: 'POST', token: options.token ?? createToken(), json: ids, headers: options.headers })
+
+async function grantsOf (client = 'app-a', resource = 'orders-api'): Promise<string[]> {
+  const { rows } = await harness.db.query(
+    'SELECT permission_id FROM grants WHERE resource_id = $1 AND client_id = $2 ORDER BY permission_id', [resource, client])
+  return rows.map(({ permission_id: id }) => id)
+}
+
+t.test('POST ids not held → 204 with an empty body; the list shows them with their names and descriptions', async (t) => {
+  const res = await grant(['p_update_refunds', 'p_delete_refunds'], ordersPath('app-a'))
+  t.equal(res.status, 204)
+  t.equal(res.text, '')
+  t.equal((await grantsOf()).length, 12)
+  const listed = await harness.request(`${ordersPath()}?sort_by=id`, { token: readToken() })
+  t.equal(listed.headers.get('x-total-count'), '12')
+  t.match(listed.body, [{ id: 'p_create_invoices', name: 'create:invoices', description: 'create invoices' }])
+  t.ok((listed.body as Array<{ id: string }>).some(({ id }) => id === 'p_update_refunds'))
+})
+
+t.test('idempotent: ids already held, duplicates, and a retried POST → 204, nothing else changes', async (t) => {
+  t.equal((await grant(['p_read_orders', 'p_read_orders'])).status, 204)
+  t.equal((await grantsOf()).length, 10)
+  t.equal((await grant(['p_update_refunds', 'p_update_refunds', 'p_read_orders'])).status, 204)
+  t.equal((await grant(['p_update_refunds'])).status, 204, 'retry')
+  t.equal((await grantsOf()).length, 11)
+})
+
+t.test('a client authorized with no grants can be granted some', async (t) => {
+  t.equal((await grant(['p_read_orders'], ordersPath('app-b'))).status, 204)
+  t.same(await grantsOf('app-b'), ['p_read_orders'])
+})
+
+t.test('ids that are not permissions of the resource → 422 naming each once in request order; nothing granted', async (t) => {
+  const res = await grant(['p_update_refunds', 'nope', 'p_other', 'nope', 'also-nope'])
+  t.equal(res.status, 422)
+  t.match(res.body, {
+    type: '/problems/unknown-permissions',
+    unknown_permission_ids: ['nope', 'p_other', 'also-nope'],
+    detail: '3 ids are not permissions of the resource "orders-api"; nothing was granted.'
+  })
+  t.equal((await grantsOf()).length, 10, 'p_update_refunds was not granted either')
+})
+
+t.test('the same 404 order as the other operations; the client must already be authorized', async (t) => {
+  const cases: Array<[string, string]> = [
+    [ordersPath('app-a', 'no-api'), '/problems/resource-not-found'],
+    [ordersPath('no-app'), '/problems/client-not-found'],
+    [ordersPath('no-app', 'no-api'), '/problems/resource-not-found'],
+    [ordersPath('app-c'), '/problems/client-not-authorized']
+  ]
+  for (const [path, type] of cases) {
+    const res = await grant(['p_read_orders'], path)
+    t.equal(res.status, 404, path)
+    t.equal((res.body as { type: string }).type, type, path)
+  }
+  t.same(await grantsOf('app-c'), [], 'authorizing is another operation')
+})
+
+t.test('needs create:resource: read and delete tokens → 403 scope="create:resource", nothing granted', async (t) => {
+  for (const other of [readToken(), deleteToken()]) {
+    const res = await grant(['p_update_refunds'], ordersPath(), { token: other })
+    t.equal(res.status, 403)
+    t.equal(res.headers.get('www-authenticate'), 'Bearer error="insufficient_scope", scope="create:resource"')
+  }
+  t.equal((await harness.request(ordersPath(), { method: 'POST', json: ['p_update_refunds'] })).status, 401)
+  t.equal((await grantsOf()).length, 10)
+})
+
+t.test('the body rules of DELETE: not an array, empty, over 500 ids, too large, not JSON → 400/413/415', async (t) => {
+  const send = (body: string, contentType = 'application/json') =>
+    harness.request(ordersPath(), { method: 'POST', token: createToken(), headers: { 'content-type': contentType }, body })
+  t.equal((await send('{"ids":[]}')).status, 400)
+  t.equal((await send('[]')).status, 400)
+  t.equal((await send(JSON.stringify(Array.from({ length: 501 }, (_, i) => `p${i}`)))).status, 400)
+  t.equal((await send('[1, 2]')).status, 400)
+  t.equal((await send('')).status, 400)
+  t.equal((await send('["p_update_refunds"]', 'text/plain')).status, 415)
+  t.equal((await send(JSON.stringify(['x'.repeat(300 * 1024)]))).status, 413)
+  t.equal((await grantsOf()).length, 10)
+})
