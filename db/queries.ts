@@ -189,6 +189,35 @@ const unknownIds = `
 
 const changeApplies = 'target.authorized AND precondition.met AND known.all_known'
 
+// After the change ($5 actor sub, $6 actor client id, $7 request id): when it changed anything, one
+// row of history with the ids it changed (request order, each once), and a notification that
+// PostgreSQL delivers at COMMIT, to listeners on the permission_changes channel.
+const recordChange = (action: 'granted' | 'unauthorized') => `
+  , recorded AS (
+    INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, actor_sub, actor_client_id, request_id)
+    SELECT $1, $2, '${action}', ids, $5, $6, $7
+    FROM (
+      SELECT array_agg(id ORDER BY position) AS ids
+      FROM (
+        SELECT id, min(position) AS position
+        FROM unnest($3::text[]) WITH ORDINALITY AS requested (id, position)
+        WHERE id IN (SELECT permission_id FROM changed)
+        GROUP BY id
+      ) r
+    ) changed_ids
+    WHERE ids IS NOT NULL
+    RETURNING id
+  ), notified AS (
+    SELECT pg_notify('permission_changes', json_build_object(
+      'id', id::text, 'resource_id', $1::text, 'client_id', $2::text, 'action', '${action}')::text)
+    FROM recorded
+  )
+  SELECT target.*, precondition.met AS precondition_met, ${unknownIds},
+    (SELECT count(*) FROM changed) AS changed,
+    (SELECT id FROM recorded) AS change_id,
+    (SELECT count(*) FROM notified) AS notified
+  FROM target, precondition, known`
+
 /** The unauthorize statement: removes the grants only when the change applies. */
 export const unauthorizeSql = `
   WITH ${changeContext}, changed AS (
@@ -196,11 +225,8 @@ export const unauthorizeSql = `
     USING target, precondition, known
     WHERE ${changeApplies}
       AND g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = ANY ($3::text[])
-    RETURNING 1
-  )
-  SELECT target.*, precondition.met AS precondition_met, ${unknownIds},
-    (SELECT count(*) FROM changed) AS changed
-  FROM target, precondition, known`
+    RETURNING g.permission_id
+  )${recordChange('unauthorized')}`
 
 /** The grant statement: adds the grants not held yet, only when the change applies. */
 export const grantSql = `
@@ -210,11 +236,8 @@ export const grantSql = `
     FROM unnest($3::text[]) AS id, target, precondition, known
     WHERE ${changeApplies}
     ON CONFLICT DO NOTHING
-    RETURNING 1
-  )
-  SELECT target.*, precondition.met AS precondition_met, ${unknownIds},
-    (SELECT count(*) FROM changed) AS changed
-  FROM target, precondition, known`
+    RETURNING permission_id
+  )${recordChange('granted')}`
 
 export interface ChangeInput {
   resourceId: string
@@ -222,6 +245,9 @@ export interface ChangeInput {
   permissionIds: string[]
   /** The versions an If-Match accepts; undefined when the request has no precondition. */
   ifMatch?: string[]
+  /** Who asks (from the verified token) and the request's id, for the history. */
+  actor: { sub?: string, clientId?: string }
+  requestId: string
 }
 
 export interface ChangeResult extends Target {
@@ -231,6 +257,8 @@ export interface ChangeResult extends Target {
   unknownPermissionIds: string[]
   /** Grants removed or added. */
   changed: number
+  /** The history row written for the change; undefined when nothing changed. */
+  changeId?: string
 }
 
 /**
@@ -247,12 +275,19 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
     // pooled server connection.
     const timeout = Math.trunc(options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS)
     await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}`)
-    const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, unknown_permission_ids: string[], changed: string }>(
-      statement(name, text, [input.resourceId, input.clientId, input.permissionIds, input.ifMatch ?? null], options))
+    const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, unknown_permission_ids: string[], changed: string, change_id: string | null }>(
+      statement(name, text, [
+        input.resourceId, input.clientId, input.permissionIds, input.ifMatch ?? null,
+        input.actor.sub ?? null, input.actor.clientId ?? null, input.requestId
+      ], options))
     await client.query('COMMIT')
     client.release()
     return {
-      ...targetOf(row), preconditionMet: row.precondition_met, unknownPermissionIds: row.unknown_permission_ids, changed: Number(row.changed)
+      ...targetOf(row),
+      preconditionMet: row.precondition_met,
+      unknownPermissionIds: row.unknown_permission_ids,
+      changed: Number(row.changed),
+      ...(row.change_id === null ? {} : { changeId: row.change_id })
     }
   } catch (error) {
     // A connection whose transaction failed is not reused: it may be in any state.
@@ -269,6 +304,80 @@ export function unauthorizePermissions (pool: pg.Pool, input: ChangeInput, optio
 /** Grants permissions within a client's existing authorization on a resource (ids held are no-ops). */
 export function grantPermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions = {}): Promise<ChangeResult> {
   return changeGrants(pool, 'grant', grantSql, input, options)
+}
+
+export interface PermissionChange {
+  id: string
+  at: Date
+  action: 'granted' | 'unauthorized'
+  permissionIds: string[]
+  actor: { sub?: string, clientId?: string }
+  requestId: string
+}
+
+export interface ChangeHistoryInput {
+  resourceId: string
+  clientId: string
+  limit: number
+  /** Only changes older than this one (the id of the last change of the previous page). */
+  before?: string
+}
+
+export interface ChangeHistoryPage extends Target {
+  /** Whether any change of this client on this resource is recorded (the history outlives them). */
+  hasHistory: boolean
+  changes: PermissionChange[]
+  /** Whether older changes follow this page. */
+  more: boolean
+}
+
+/** One page of a client's change history on a resource, newest first; $3 limit, $4 before (or NULL). */
+export const changeHistorySql = `
+  WITH target AS (
+    SELECT ${targetColumns},
+      EXISTS (SELECT 1 FROM permission_changes WHERE resource_id = $1 AND client_id = $2) AS has_history
+  )
+  SELECT target.*, c.id, c.at, c.action, c.permission_ids, c.actor_sub, c.actor_client_id, c.request_id
+  FROM target
+  LEFT JOIN LATERAL (
+    SELECT * FROM permission_changes
+    WHERE resource_id = $1 AND client_id = $2 AND ($4::bigint IS NULL OR id < $4::bigint)
+    ORDER BY id DESC
+    LIMIT $3::int + 1
+  ) c ON true
+  ORDER BY c.id DESC`
+
+export async function listPermissionChanges (db: Queryable, input: ChangeHistoryInput, options: StatementOptions = {}): Promise<ChangeHistoryPage> {
+  const { rows } = await db.query<TargetRow & {
+    has_history: boolean,
+    id: string | null,
+    at: Date,
+    action: 'granted' | 'unauthorized',
+    permission_ids: string[],
+    actor_sub: string | null,
+    actor_client_id: string | null,
+    request_id: string
+  }>(statement('change history', changeHistorySql, [input.resourceId, input.clientId, input.limit, input.before ?? null], options))
+  const changes: PermissionChange[] = []
+  for (const row of rows) {
+    if (row.id === null) continue
+    changes.push({
+      id: row.id,
+      at: row.at,
+      action: row.action,
+      permissionIds: row.permission_ids,
+      actor: { ...(row.actor_sub === null ? {} : { sub: row.actor_sub }), ...(row.actor_client_id === null ? {} : { clientId: row.actor_client_id }) },
+      requestId: row.request_id
+    })
+  }
+  const more = changes.length > input.limit
+  return { ...targetOf(rows[0]), hasHistory: rows[0].has_history, changes: changes.slice(0, input.limit), more }
+}
+
+/** Deletes the changes recorded more than `days` days ago; returns how many. */
+export async function pruneChanges (db: Queryable, days: number): Promise<number> {
+  const { rowCount } = await db.query('DELETE FROM permission_changes WHERE at < now() - make_interval(days => $1)', [days])
+  return rowCount ?? 0
 }
 
 // Seeding (db/seed.ts): upserts, so loading the same document twice changes nothing.

@@ -299,8 +299,9 @@ ROLLBACK;
       const run = async (statement: string) => (await pgbench(pgbenchBinary, databaseUrl, transaction(statement), {
         connections: CONNECTIONS, seconds: SECONDS, variables, folder: work
       })).tps
-      // No If-Match: the service sends NULL for it.
-      dbCeiling = await run(unauthorizeSql.replaceAll('$4::bigint[]', 'NULL::bigint[]'))
+      // No If-Match (NULL); an actor and a request id for the history row, as the service sends.
+      dbCeiling = await run(unauthorizeSql.replaceAll('$4::bigint[]', 'NULL::bigint[]')
+        .replaceAll('$5', "'bench'").replaceAll('$6', 'NULL::text').replaceAll('$7', "'bench-request'"))
       idealSqlCeiling = await run('DELETE FROM grants WHERE resource_id = $1 AND client_id = $2 AND permission_id = ANY ($3::text[])')
     }
     rows.push({ scenario: `DELETE ${size} ids`, grants: scale.grants, service: serviceRun, httpCeiling: httpRun.reqPerSec, dbCeiling, idealSqlCeiling })

@@ -47,6 +47,45 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/resources/{resource_id}/authorized_clients/{client_id}/permission_changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Client id
+                 * @example billing-app
+                 */
+                client_id: components["parameters"]["ClientId"];
+                /**
+                 * @description Resource id
+                 * @example orders-api
+                 */
+                resource_id: components["parameters"]["ResourceId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The history of changes to a client's permissions on a resource
+         * @description Every DELETE or POST that changed the client's grants on the resource, newest first: when,
+         *     what (`granted` or `unauthorized`, and the ids actually changed, in request order, each
+         *     once), who (the token's `sub`, and `client_id` or else `azp`) and the request's id. Written
+         *     in the same transaction as the change; a request that changed nothing or was refused records
+         *     nothing. Paged by a cursor: `before` is the `id` of the last change seen, and `Link:
+         *     rel="next"` names the next page while older changes exist. The history outlives what it
+         *     describes: once a change is recorded it is listed even after the authorization, the client
+         *     or the resource is gone; without any, the list's three 404s answer, in its order. Each change
+         *     is also announced, at commit, on the PostgreSQL channel `permission_changes`.
+         */
+        get: operations["listPermissionChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/resources/{resource_id}/authorized_clients/{client_id}/permissions": {
         parameters: {
             query?: never;
@@ -125,6 +164,31 @@ export interface components {
              * @example read:orders
              */
             name: string;
+        };
+        /** @description One request that changed a client's grants on a resource. */
+        PermissionChange: {
+            /** @enum {string} */
+            action: "granted" | "unauthorized";
+            /** @description From the verified token; a claim the token did not carry is left out. */
+            actor: {
+                /** @description The token's `client_id`, or else its `azp`. */
+                client_id?: string;
+                sub?: string;
+            };
+            /**
+             * Format: date-time
+             * @description When the change's transaction began (RFC 3339).
+             */
+            at: string;
+            /**
+             * @description Increasing with time; the cursor for `before`.
+             * @example 42
+             */
+            id: string;
+            /** @description The ids actually changed, in request order, each once. */
+            permission_ids: components["schemas"]["PermissionId"][];
+            /** @description The request's id (its `X-Request-Id`; the gateway's when sane). */
+            request_id: string;
         };
         /**
          * @description The `id` of a Permission.
@@ -404,6 +468,73 @@ export interface operations {
             200: components["responses"]["Health"];
             408: components["responses"]["RequestTimeout"];
             431: components["responses"]["HeadersTooLarge"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listPermissionChanges: {
+        parameters: {
+            query?: {
+                /** @description Only changes older than this one (the `id` of the last change of the previous page). */
+                before?: string;
+                /** @description Maximum number of changes on the page. */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /**
+                 * @description Client id
+                 * @example billing-app
+                 */
+                client_id: components["parameters"]["ClientId"];
+                /**
+                 * @description Resource id
+                 * @example orders-api
+                 */
+                resource_id: components["parameters"]["ResourceId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of the changes, newest first. */
+            200: {
+                headers: {
+                    /**
+                     * @description RFC 8288 link to the next (older) page, present while there is one.
+                     * @example <http://localhost:3000/resources/orders-api/authorized_clients/billing-app/permission_changes?limit=50&before=41>; rel="next"
+                     */
+                    Link?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example [
+                     *       {
+                     *         "id": "42",
+                     *         "at": "2026-11-23T21:04:05.123Z",
+                     *         "action": "unauthorized",
+                     *         "permission_ids": [
+                     *           "perm_read_refunds",
+                     *           "perm_create_refunds"
+                     *         ],
+                     *         "actor": {
+                     *           "sub": "platform-team",
+                     *           "client_id": "permissions-console"
+                     *         },
+                     *         "request_id": "8d1c2f0e-5b7a-4c1e-9a51-1f0f8f3c2b6d"
+                     *       }
+                     *     ]
+                     */
+                    "application/json": components["schemas"]["PermissionChange"][];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };

@@ -251,6 +251,147 @@ export const operations = {
       }
     }
   },
+  "listPermissionChanges": {
+    "operationId": "listPermissionChanges",
+    "method": "GET",
+    "path": "/resources/{resource_id}/authorized_clients/{client_id}/permission_changes",
+    "url": "/resources/:resource_id/authorized_clients/:client_id/permission_changes",
+    "config": {
+      "scopes": [
+        "read:resource"
+      ]
+    },
+    "statuses": [
+      200,
+      400,
+      401,
+      403,
+      404,
+      408,
+      431,
+      500,
+      503
+    ],
+    "schema": {
+      "params": {
+        "type": "object",
+        "properties": {
+          "resource_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+          },
+          "client_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+          }
+        },
+        "required": [
+          "resource_id",
+          "client_id"
+        ]
+      },
+      "querystring": {
+        "type": "object",
+        "properties": {
+          "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 500,
+            "default": 50
+          },
+          "before": {
+            "type": "string",
+            "pattern": "^[0-9]{1,18}$",
+            "x-pattern-hint": "the id of a change (up to 18 digits), as given in a previous page"
+          }
+        }
+      },
+      "response": {
+        "200": {
+          "type": "array",
+          "maxItems": 500,
+          "items": {
+            "type": "object",
+            "description": "One request that changed a client's grants on a resource.",
+            "additionalProperties": false,
+            "required": [
+              "id",
+              "at",
+              "action",
+              "permission_ids",
+              "actor",
+              "request_id"
+            ],
+            "properties": {
+              "id": {
+                "type": "string",
+                "pattern": "^[0-9]{1,18}$",
+                "description": "Increasing with time; the cursor for `before`.",
+                "examples": [
+                  "42"
+                ]
+              },
+              "at": {
+                "type": "string",
+                "format": "date-time",
+                "description": "When the change's transaction began (RFC 3339)."
+              },
+              "action": {
+                "type": "string",
+                "enum": [
+                  "granted",
+                  "unauthorized"
+                ]
+              },
+              "permission_ids": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 500,
+                "description": "The ids actually changed, in request order, each once.",
+                "items": {
+                  "type": "string",
+                  "minLength": 1,
+                  "maxLength": 255,
+                  "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+                  "x-pattern-hint": "text without NUL characters or unpaired surrogates",
+                  "description": "The `id` of a Permission.",
+                  "examples": [
+                    "perm_read_orders"
+                  ]
+                }
+              },
+              "actor": {
+                "type": "object",
+                "additionalProperties": false,
+                "description": "From the verified token; a claim the token did not carry is left out.",
+                "properties": {
+                  "sub": {
+                    "type": "string",
+                    "maxLength": 1024
+                  },
+                  "client_id": {
+                    "type": "string",
+                    "maxLength": 1024,
+                    "description": "The token's `client_id`, or else its `azp`."
+                  }
+                }
+              },
+              "request_id": {
+                "type": "string",
+                "description": "The request's id (its `X-Request-Id`; the gateway's when sane)."
+              }
+            }
+          }
+        }
+      }
+    }
+  },
   "getLiveness": {
     "operationId": "getLiveness",
     "method": "GET",

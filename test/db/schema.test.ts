@@ -231,7 +231,7 @@ t.test('three replicas migrating a fresh database at once: each migration is app
   const { rows } = await pools[0].query(`
     SELECT relname FROM pg_class
     WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace ORDER BY relname`)
-  t.same(rows.map(({ relname }) => relname), ['authorizations', 'clients', 'grants', 'migrations', 'permissions', 'resources'])
+  t.same(rows.map(({ relname }) => relname), ['authorizations', 'clients', 'grants', 'migrations', 'permission_changes', 'permissions', 'resources'])
   const migrations = await pools[0].query('SELECT name, count(*)::int AS n FROM migrations GROUP BY name ORDER BY name')
   t.ok(migrations.rows.length > 0)
   for (const { name, n } of migrations.rows) t.equal(n, 1, `${name} recorded once`)
@@ -282,7 +282,7 @@ t.test('the list and unauthorize statements read about one page of the client\'s
     'list by name, last page': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 19]],
     'list by id, desc': [listGrantedPermissionsSql([{ property: 'id', direction: 'desc' }]), ['api-2', 'app-042', 50, 3]],
     'list by name, desc, page 15': [listGrantedPermissionsSql([{ property: 'name', direction: 'desc' }]), ['api-2', 'app-042', 50, 15]],
-    unauthorize: [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], null]]
+    unauthorize: [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], null, 'sub', null, 'req-1']]
   }
   // Rows a statement may take from the index: a list reads its page (and what it skips, up to half
   // the client's grants, from whichever end is nearer); the DELETE its three ids.
@@ -538,7 +538,7 @@ t.test('migration 0003 gives the grants of an existing database their descriptio
       ('old-1', 'old-api', 'read:one', 'one'), ('old-2', 'old-api', 'read:two', NULL), ('old-3', 'old-api', 'read:three', 'three');
     INSERT INTO authorizations (resource_id, client_id) VALUES ('old-api', 'old-app');
     INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('old-api', 'old-app', 'old-1'), ('old-api', 'old-app', 'old-2')`)
-  t.same(await migrateDatabase(pool), ['0003_description_on_grant.sql', '0004_authorization_version.sql'])
+  t.same(await migrateDatabase(pool), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql'])
   t.same((await pool.query('SELECT permission_id, permission_description FROM grants ORDER BY permission_id')).rows,
     [{ permission_id: 'old-1', permission_description: 'one' }, { permission_id: 'old-2', permission_description: null }])
   t.same((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows, [{ n: 2 }], 'the count is untouched')

@@ -2,6 +2,7 @@
 // inverse of DELETE, with the same body and the same answers.
 import type { FastifyInstance } from 'fastify'
 import { grantPermissions } from '../../../db/queries.js'
+import { actorOf } from '../../../plugins/auth.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { assertChangeApplies } from './target.js'
@@ -17,10 +18,15 @@ export default async function grant (fastify: FastifyInstance) {
   }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const result = await grantPermissions(fastify.db, {
-      resourceId, clientId, permissionIds: request.body, ifMatch: ifMatchVersions(request.headers['if-match'])
+      resourceId,
+      clientId,
+      permissionIds: request.body,
+      ifMatch: ifMatchVersions(request.headers['if-match']),
+      actor: actorOf(request),
+      requestId: request.id
     }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: fastify.config.DATABASE_STATEMENT_TIMEOUT_MS })
     assertChangeApplies(result, resourceId, clientId, 'nothing was granted')
-    request.log.info({ resourceId, clientId, granted: result.changed }, 'permissions granted')
+    request.log.info({ resourceId, clientId, granted: result.changed, changeId: result.changeId }, 'permissions granted')
     return reply.code(204).send()
   })
 }

@@ -1,5 +1,6 @@
-// The operations on /resources/{resource_id}/authorized_clients/{client_id}/permissions.
+// The operations on a client's permissions on a resource: list, unauthorize, grant, and their history.
 import type { FastifyInstance } from 'fastify'
+import permissionChanges from './changes.js'
 import grant from './grant.js'
 import listPermissions from './list.js'
 import unauthorize from './unauthorize.js'
@@ -8,4 +9,5 @@ export default async function permissionRoutes (fastify: FastifyInstance) {
   await fastify.register(listPermissions)
   await fastify.register(unauthorize)
   await fastify.register(grant)
+  await fastify.register(permissionChanges)
 }

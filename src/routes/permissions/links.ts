@@ -15,8 +15,8 @@ const webScheme = /^https?$/i
  * The URL of the collection: the path rebuilt from the decoded ids (so nothing from the raw request
  * line is copied into the header), absolute when the scheme and the host are sane.
  */
-export function collectionUrl (request: FastifyRequest, resourceId: string, clientId: string): string {
-  const path = `/resources/${encodeURIComponent(resourceId)}/authorized_clients/${encodeURIComponent(clientId)}/permissions`
+export function collectionUrl (request: FastifyRequest, resourceId: string, clientId: string, collection = 'permissions'): string {
+  const path = `/resources/${encodeURIComponent(resourceId)}/authorized_clients/${encodeURIComponent(clientId)}/${collection}`
   const { protocol, host } = request
   return webScheme.test(protocol) && plainHost.test(host) ? `${protocol.toLowerCase()}://${host}${path}` : path
 }

@@ -1,0 +1,44 @@
+// GET .../permission_changes: who changed a client's grants on a resource, newest first, from the
+// history DELETE and POST write in their own transaction. Paged by a cursor (`before`, the id of the
+// last change seen) rather than an offset, so a page never shifts while changes are being added.
+import type { FastifyInstance } from 'fastify'
+import { listPermissionChanges } from '../../../db/queries.js'
+import type { operations as Operations } from '../../generated/openapi.js'
+import { operations } from '../../generated/operations.js'
+import { problems } from '../../problems.js'
+import { collectionUrl } from './links.js'
+
+type History = Operations['listPermissionChanges']
+const { url, schema, config } = operations.listPermissionChanges
+
+export default async function permissionChanges (fastify: FastifyInstance) {
+  fastify.get<{
+    Params: History['parameters']['path']
+    Querystring: NonNullable<History['parameters']['query']> & { limit: number }
+    Reply: History['responses'][200]['content']['application/json']
+  }>(url, { schema, config }, async (request, reply) => {
+    const { resource_id: resourceId, client_id: clientId } = request.params
+    const { limit, before } = request.query
+    const page = await listPermissionChanges(fastify.db, { resourceId, clientId, limit, ...(before ? { before } : {}) },
+      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS })
+    // The history outlives what it describes: with changes recorded, it is shown even when the
+    // authorization, the client or the resource is gone; without, the list's 404s, in its order.
+    if (!page.hasHistory) {
+      if (!page.resourceExists) throw problems.resourceNotFound(resourceId)
+      if (!page.clientExists) throw problems.clientNotFound(clientId)
+      if (!page.authorized) throw problems.clientNotAuthorized(resourceId, clientId)
+    }
+    const last = page.changes.at(-1)
+    if (page.more && last) {
+      reply.header('link', `<${collectionUrl(request, resourceId, clientId, 'permission_changes')}?limit=${limit}&before=${last.id}>; rel="next"`)
+    }
+    return page.changes.map((change) => ({
+      id: change.id,
+      at: change.at.toISOString(),
+      action: change.action,
+      permission_ids: change.permissionIds,
+      actor: { ...(change.actor.sub ? { sub: change.actor.sub } : {}), ...(change.actor.clientId ? { client_id: change.actor.clientId } : {}) },
+      request_id: change.requestId
+    }))
+  })
+}

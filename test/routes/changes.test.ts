@@ -1,0 +1,151 @@
+// The change history: written with each change in its transaction, listed newest first by cursor,
+// announced on the permission_changes channel at commit, pruned by age.
+import { execFile } from 'node:child_process'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import pg from 'pg'
+import t from 'tap'
+import { pruneChanges } from '../../db/queries.js'
+import { projectRoot } from '../../src/project-root.js'
+import { ordersFixture, ordersPath } from '../fixtures.js'
+import { build } from '../helper.js'
+import { readToken, token } from '../tokens.js'
+
+const harness = await build(t)
+const historyPath = (client = 'app-a', resource = 'orders-api') => `/resources/${resource}/authorized_clients/${client}/permission_changes`
+const writer = (claims: Record<string, unknown> = { sub: 'alice', client_id: 'console' }) =>
+  token({ scope: 'delete:resource create:resource', ...claims })
+
+interface Change { id: string, at: string, action: string, permission_ids: string[], actor: Record<string, string>, request_id: string }
+
+t.beforeEach(async () => {
+  await harness.db.query('TRUNCATE resources, clients, permission_changes CASCADE')
+  await harness.seed(ordersFixture())
+})
+
+const change = (method: 'DELETE' | 'POST', ids: string[], options: { token?: string, headers?: Record<string, string>, path?: string } = {}) =>
+  harness.request(options.path ?? ordersPath(), { method, token: options.token ?? writer(), json: ids, headers: options.headers })
+const history = async (query = '', path = historyPath()) => {
+  const res = await harness.request(path + query, { token: readToken() })
+  return { ...res, changes: res.body as Change[] }
+}
+
+t.test('each change is recorded: action, the ids changed, the actor from the token, the request id; newest first', async (t) => {
+  const started = Date.now()
+  const removed = await change('DELETE', ['p_read_orders', 'p_create_orders'], { headers: { 'x-request-id': 'trace-1' } })
+  t.equal(removed.status, 204)
+  const granted = await change('POST', ['p_update_refunds'], { token: writer({ sub: 'bob', azp: 'batch-job' }) })
+  t.equal(granted.status, 204)
+  const { status, changes } = await history()
+  t.equal(status, 200)
+  t.match(changes, [
+    { action: 'granted', permission_ids: ['p_update_refunds'], actor: { sub: 'bob', client_id: 'batch-job' }, request_id: granted.headers.get('x-request-id') },
+    { action: 'unauthorized', permission_ids: ['p_read_orders', 'p_create_orders'], actor: { sub: 'alice', client_id: 'console' }, request_id: 'trace-1' }
+  ])
+  t.ok(BigInt(changes[0].id) > BigInt(changes[1].id), 'ids increase with time')
+  for (const recorded of changes) {
+    t.ok(Math.abs(Date.parse(recorded.at) - started) < 60_000, `${recorded.at} is now, RFC 3339`)
+  }
+})
+
+t.test('only the ids actually changed, in request order, each once; a token without sub or client: actor {}', async (t) => {
+  await change('DELETE', ['p_update_refunds', 'p_read_invoices', 'p_read_orders', 'p_read_invoices'], { token: token({ scope: 'delete:resource' }) })
+  await change('POST', ['p_read_orders', 'p_read_invoices', 'p_delete_refunds', 'p_read_orders'])
+  const { changes } = await history()
+  t.same(changes.map(({ action, permission_ids: ids }) => [action, ids]), [
+    ['granted', ['p_read_orders', 'p_read_invoices', 'p_delete_refunds']],
+    ['unauthorized', ['p_read_invoices', 'p_read_orders']]
+  ])
+  t.same(changes[1].actor, {})
+})
+
+t.test('nothing is recorded for a change that changes nothing or is refused (404, 412, 422)', async (t) => {
+  await change('DELETE', ['p_update_refunds'])
+  await change('POST', ['p_read_orders'])
+  t.equal((await change('DELETE', ['nope'])).status, 422)
+  t.equal((await change('POST', ['p_update_refunds', 'nope'])).status, 422)
+  t.equal((await change('DELETE', ['p_read_orders'], { headers: { 'if-match': '"1"' } })).status, 412)
+  t.equal((await change('POST', ['p_read_orders'], { path: ordersPath('app-c') })).status, 404)
+  t.same((await history()).changes, [])
+  t.same((await harness.db.query('SELECT count(*)::int AS n FROM permission_changes')).rows, [{ n: 0 }])
+})
+
+t.test('paged by a cursor: limit, before, and Link rel=next while older changes exist', async (t) => {
+  const ids = ['p_read_orders', 'p_create_orders', 'p_update_orders', 'p_delete_orders', 'p_read_invoices']
+  for (const id of ids) await change('DELETE', [id])
+  const seen: string[][] = []
+  let next: string | undefined = `${historyPath()}?limit=2`
+  for (let pages = 0; next && pages < 10; pages++) {
+    const res = await harness.request(next, { token: readToken() })
+    t.equal(res.status, 200)
+    seen.push((res.body as Change[]).map((recorded) => recorded.permission_ids[0]))
+    const link = res.headers.get('link')
+    next = link ? new URL(/^<([^>]+)>; rel="next"$/.exec(link)![1]).pathname + new URL(/^<([^>]+)>/.exec(link)![1]).search : undefined
+  }
+  t.same(seen, [['p_read_invoices', 'p_delete_orders'], ['p_update_orders', 'p_create_orders'], ['p_read_orders']])
+  const { headers, changes } = await history('?limit=5')
+  t.equal(changes.length, 5)
+  t.equal(headers.get('link'), null, 'no next link when nothing older remains')
+  t.same((await history(`?before=${changes[4].id}`)).changes, [])
+  for (const query of ['?limit=0', '?limit=501', '?before=abc', '?before=-1', `?before=${'9'.repeat(19)}`]) {
+    t.equal((await history(query)).status, 400, query)
+  }
+})
+
+t.test('the history outlives what it describes; without history, the list\'s 404s in its order', async (t) => {
+  await change('DELETE', ['p_read_orders'])
+  await harness.db.query("DELETE FROM authorizations WHERE resource_id = 'orders-api' AND client_id = 'app-a'")
+  await harness.db.query("DELETE FROM permissions WHERE id = 'p_read_orders'")
+  t.match((await history()).changes, [{ action: 'unauthorized', permission_ids: ['p_read_orders'] }], 'authorization and permission gone')
+  for (const [path, type] of [
+    [historyPath('app-c'), '/problems/client-not-authorized'],
+    [historyPath('nobody'), '/problems/client-not-found'],
+    [historyPath('app-a', 'no-api'), '/problems/resource-not-found']
+  ]) {
+    const res = await history('', path)
+    t.equal(res.status, 404, path)
+    t.equal((res.body as { type: string }).type, type, path)
+  }
+  t.equal((await history('', historyPath('app-b'))).status, 200, 'authorized, no change yet: []')
+  await harness.db.query("DELETE FROM resources WHERE id = 'orders-api'")
+  t.equal((await history()).status, 200, 'resource gone')
+})
+
+t.test('needs read:resource', async (t) => {
+  t.equal((await harness.request(historyPath())).status, 401)
+  t.equal((await harness.request(historyPath(), { token: token({ scope: 'delete:resource' }) })).status, 403)
+})
+
+t.test('each change is announced at commit on the permission_changes channel, with its id', async (t) => {
+  const listener = new pg.Client({ connectionString: (harness.db as unknown as { options: { connectionString: string } }).options.connectionString })
+  await listener.connect()
+  t.teardown(() => listener.end())
+  const received: Array<Record<string, string>> = []
+  listener.on('notification', (message) => { if (message.channel === 'permission_changes') received.push(JSON.parse(message.payload!)) })
+  await listener.query('LISTEN permission_changes')
+  await change('DELETE', ['p_read_orders'])
+  await change('DELETE', ['p_read_orders'])
+  await change('POST', ['nope'])
+  const { changes } = await history()
+  for (let waited = 0; received.length < 1 && waited < 5_000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50))
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  t.same(received, [{ id: changes[0].id, resource_id: 'orders-api', client_id: 'app-a', action: 'unauthorized' }], 'one, for the one change')
+})
+
+t.test('pruning: changes older than the given age go, newer ones stay; the command says how many', async (t) => {
+  await change('DELETE', ['p_read_orders'])
+  await change('DELETE', ['p_create_orders'])
+  await harness.db.query("UPDATE permission_changes SET at = now() - interval '40 days' WHERE permission_ids = '{p_read_orders}'")
+  t.equal(await pruneChanges(harness.db, 60), 0)
+  t.equal(await pruneChanges(harness.db, 30), 1)
+  t.same((await history()).changes.map((recorded) => recorded.permission_ids), [['p_create_orders']])
+  await harness.db.query('UPDATE permission_changes SET at = now() - interval \'2 days\'')
+  const databaseUrl = (harness.db as unknown as { options: { connectionString: string } }).options.connectionString
+  const run = promisify(execFile)
+  const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
+  const { stdout } = await run(tsx, [join(projectRoot, 'scripts', 'db-prune-changes.ts'), '--older-than', '1'], { env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl } })
+  t.equal(stdout.trim(), 'Pruned 1 change recorded more than 1 day ago.')
+  const refused = await run(tsx, [join(projectRoot, 'scripts', 'db-prune-changes.ts'), '--older-than', '0'], { env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl } })
+    .catch((error: { code: number, stderr: string }) => error)
+  t.match(refused, { code: 2, stderr: /--older-than must be a whole number of days, at least 1/ })
+})
