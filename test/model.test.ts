@@ -1,17 +1,26 @@
-// Model-based tests (fast-check commands): random sequences of list and unauthorize calls (valid,
-// invalid, repeated, concurrent pairs) run against the service and against a plain in-memory model
-// of the grants. After every step the service's pages, X-Total-Count and Link match the model
-// exactly, and the database holds exactly the model's grants, within its invariants.
+// Model-based tests (fast-check commands): random sequences of list, unauthorize and grant calls
+// (valid, invalid, repeated, conditional on a current or a stale ETag, concurrent pairs) run against
+// the service and against a plain in-memory model of the grants and their history. After every step
+// the service's pages, X-Total-Count, Link and ETag match the model exactly, and the database holds
+// exactly the model's grants, within its invariants, and exactly the model's change history.
 import fc from 'fast-check'
 import t from 'tap'
 import { compareListed as compare, ordersFixture, ordersPath, type ListedPermission as Permission, type SortKey } from './fixtures.js'
 import { build } from './helper.js'
-import { deleteToken, readToken } from './tokens.js'
+import { readToken, token } from './tokens.js'
 
 const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31)
 t.comment(`fast-check seed ${seed} (replay with FUZZ_SEED=${seed})`)
 
-interface Model { grants: Map<string, Set<string>> }
+interface Change { client_id: string, action: 'granted' | 'unauthorized', permission_ids: string[] }
+interface Model {
+  grants: Map<string, Set<string>>
+  history: Change[]
+  /** How many times each client's grants changed: its ETag must change exactly as often. */
+  versions: Map<string, number>
+  /** The ETag last listed for each client, at the model version it was listed at. */
+  seen: Map<string, { etag: string, version: number }>
+}
 interface Real { harness: Awaited<ReturnType<typeof build>> }
 
 const fixture = ordersFixture()
@@ -20,14 +29,21 @@ const permissions = new Map<string, Permission>(fixture.permissions!
   .map(({ id, name, description }) => [id, description === undefined ? { id, name } : { id, name, description }]))
 const clients = ['app-a', 'app-b', 'app-c'] // app-c is not authorized on orders-api
 const read = readToken()
-const remove = deleteToken()
+const write = token({ scope: 'delete:resource create:resource' }, { expiresIn: 3600 })
 
 function initialModel (): Model {
   const grants = new Map<string, Set<string>>()
   for (const { resource_id: resource, client_id: client, permission_ids: ids } of fixture.authorizations!) {
     if (resource === 'orders-api') grants.set(client, new Set(ids))
   }
-  return { grants }
+  return { grants, history: [], versions: new Map(), seen: new Map() }
+}
+
+/** A change of the model's grants: its version moves on, and the history gains the change. */
+function recordInModel (model: Model, client: string, action: Change['action'], ids: string[]) {
+  if (ids.length === 0) return
+  model.history.push({ client_id: client, action, permission_ids: ids })
+  model.versions.set(client, (model.versions.get(client) ?? 0) + 1)
 }
 
 const sortByText = (keys: SortKey[]) => keys.map(([property, direction]) => `${property}.${direction}`).join(',')
@@ -69,31 +85,56 @@ class ListCommand implements fc.AsyncCommand<Model, Real> {
       }
     }
     if (Object.keys(links).length !== Object.keys(rels).length) throw new Error(`unexpected links: ${res.headers.get('link')}`)
+    // The ETag changes exactly when the model's grants of this client changed.
+    const etag = res.headers.get('etag')!
+    const version = model.versions.get(this.client) ?? 0
+    const listed = model.seen.get(this.client)
+    if (listed && (listed.version === version) !== (listed.etag === etag)) {
+      throw new Error(`ETag ${listed.etag} → ${etag} while the model went from version ${listed.version} to ${version}`)
+    }
+    model.seen.set(this.client, { etag, version })
   }
 
   toString () { return `list(${this.client}, limit=${this.limit}, page=${this.page}, ${sortByText(this.keys)})` }
 }
 
-/** The answer the model expects for an unauthorize, and the model after it. */
-function unauthorizeInModel (model: Model, client: string, ids: string[]): number {
+type Method = 'DELETE' | 'POST'
+type Condition = 'none' | 'current' | 'stale'
+
+/** The answer the model expects for a change, and the model after it (grants and history). */
+function changeInModel (model: Model, method: Method, client: string, ids: string[], condition: Condition): number {
   const granted = model.grants.get(client)
   if (!granted) return 404
+  if (condition === 'stale') return 412
   if (ids.some((id) => !permissions.has(id))) return 422
-  for (const id of ids) granted.delete(id)
+  const changed = [...new Set(ids)].filter((id) => method === 'DELETE' ? granted.has(id) : !granted.has(id))
+  for (const id of changed) method === 'DELETE' ? granted.delete(id) : granted.add(id)
+  recordInModel(model, client, method === 'DELETE' ? 'unauthorized' : 'granted', changed)
   return 204
 }
 
-class UnauthorizeCommand implements fc.AsyncCommand<Model, Real> {
-  constructor (readonly client: string, readonly ids: string[]) {}
+/** A DELETE or POST, with If-Match naming the ETag just read, one that was never current, or none. */
+async function send (harness: Real['harness'], method: Method, client: string, ids: string[], condition: Condition) {
+  const headers: Record<string, string> = {}
+  if (condition === 'stale') headers['if-match'] = '"0"'
+  if (condition === 'current') {
+    const current = (await harness.request(ordersPath(client), { token: read })).headers.get('etag')
+    headers['if-match'] = current ?? '*'
+  }
+  return harness.request(ordersPath(client), { method, token: write, json: ids, headers })
+}
+
+class ChangeCommand implements fc.AsyncCommand<Model, Real> {
+  constructor (readonly method: Method, readonly client: string, readonly ids: string[], readonly condition: Condition) {}
   check () { return true }
   async run (model: Model, { harness }: Real) {
-    const res = await harness.request(ordersPath(this.client), { method: 'DELETE', token: remove, json: this.ids })
-    const expected = unauthorizeInModel(model, this.client, this.ids)
+    const res = await send(harness, this.method, this.client, this.ids, this.condition)
+    const expected = changeInModel(model, this.method, this.client, this.ids, this.condition)
     if (res.status !== expected) throw new Error(`expected ${expected}, got ${res.status} ${res.text}`)
     await assertDatabaseMatches(model, harness)
   }
 
-  toString () { return `unauthorize(${this.client}, ${JSON.stringify(this.ids)})` }
+  toString () { return `${this.method}(${this.client}, ${JSON.stringify(this.ids)}, if-match ${this.condition})` }
 }
 
 class ConcurrentUnauthorizeCommand implements fc.AsyncCommand<Model, Real> {
@@ -101,14 +142,31 @@ class ConcurrentUnauthorizeCommand implements fc.AsyncCommand<Model, Real> {
   check () { return true }
   async run (model: Model, { harness }: Real) {
     const [a, b] = await Promise.all([this.first, this.second].map((ids) =>
-      harness.request(ordersPath(this.client), { method: 'DELETE', token: remove, json: ids })))
-    // Either order gives the same answers: each request is judged on ids, not on grants.
-    const expected = [unauthorizeInModel(model, this.client, this.first), unauthorizeInModel(model, this.client, this.second)]
+      harness.request(ordersPath(this.client), { method: 'DELETE', token: write, json: ids })))
+    // Either order gives the same answers and grants: each request is judged on ids, not on grants.
+    const before = model.history.length
+    const expected = [this.first, this.second].map((ids) => changeInModel(model, 'DELETE', this.client, ids, 'none'))
     if (a.status !== expected[0] || b.status !== expected[1]) throw new Error(`expected ${expected}, got ${[a.status, b.status]}`)
+    // The model recorded the first request's change, then the second's. The service may have run
+    // them the other way round, which moves the ids both named from one change to the other: the
+    // same ids removed, by unauthorize changes of this client, is what both orders share.
+    const recorded = await historyOf(harness)
+    const idsOf = (changes: Change[]) => changes.flatMap((change) => change.permission_ids).sort().join()
+    const sameOtherwise = JSON.stringify(recorded.slice(0, before)) === JSON.stringify(model.history.slice(0, before))
+    if (sameOtherwise && recorded.length === model.history.length && idsOf(recorded.slice(before)) === idsOf(model.history.slice(before)) &&
+      recorded.slice(before).every((change) => change.client_id === this.client && change.action === 'unauthorized')) {
+      model.history = recorded
+    }
     await assertDatabaseMatches(model, harness)
   }
 
   toString () { return `concurrently(${this.client}, ${JSON.stringify(this.first)}, ${JSON.stringify(this.second)})` }
+}
+
+async function historyOf (harness: Real['harness']): Promise<Change[]> {
+  const { rows } = await harness.db.query<Change>(
+    "SELECT client_id, action, permission_ids FROM permission_changes WHERE resource_id = 'orders-api' ORDER BY id")
+  return rows
 }
 
 async function assertDatabaseMatches (model: Model, harness: Real['harness']) {
@@ -124,6 +182,10 @@ async function assertDatabaseMatches (model: Model, harness: Real['harness']) {
     LEFT JOIN permissions p ON p.id = g.permission_id AND p.resource_id = g.resource_id
     WHERE a.client_id IS NULL OR p.id IS NULL`)
   if (broken.n !== 0) throw new Error(`${broken.n} grants break the invariants`)
+  const history = await historyOf(harness)
+  if (JSON.stringify(history) !== JSON.stringify(model.history)) {
+    throw new Error(`history ${JSON.stringify(history)} ≠ model ${JSON.stringify(model.history)}`)
+  }
 }
 
 const clientArb = fc.constantFrom(...clients, 'app-a', 'app-a') // app-a, holding grants, most often
@@ -133,17 +195,18 @@ const sortKeyArb = fc.tuple(fc.constantFrom<keyof Permission>('id', 'name', 'des
 const commands = [
   fc.tuple(clientArb, fc.integer({ min: 1, max: 12 }), fc.integer({ min: 0, max: 6 }), fc.array(sortKeyArb, { minLength: 1, maxLength: 3 }))
     .map(([client, limit, page, keys]) => new ListCommand(client, limit, page, keys)),
-  fc.tuple(clientArb, idsArb).map(([client, ids]) => new UnauthorizeCommand(client, ids)),
+  fc.tuple(fc.constantFrom<Method>('DELETE', 'POST'), clientArb, idsArb, fc.constantFrom<Condition>('none', 'none', 'current', 'stale'))
+    .map(([method, client, ids, condition]) => new ChangeCommand(method, client, ids, condition)),
   fc.tuple(clientArb, idsArb, idsArb).map(([client, first, second]) => new ConcurrentUnauthorizeCommand(client, first, second))
 ]
 
 const harness = await build(t)
 
-t.test('random sequences of list and unauthorize calls agree with the model after every step', async (t) => {
+t.test('random sequences of list, unauthorize and grant calls agree with the model after every step', async (t) => {
   let runs = 0
   await fc.assert(fc.asyncProperty(fc.commands(commands, { maxCommands: 25 }), async (sequence) => {
     runs++
-    await harness.db.query('TRUNCATE resources, clients CASCADE')
+    await harness.db.query('TRUNCATE resources, clients, permission_changes CASCADE')
     await harness.seed(fixture)
     await fc.asyncModelRun(() => ({ model: initialModel(), real: { harness } }), sequence)
   }), { seed, numRuns: 60 })
