@@ -6,7 +6,7 @@ import fc from 'fast-check'
 import t from 'tap'
 import { ordersFixture, ordersPath } from './fixtures.js'
 import { build } from './helper.js'
-import { deleteToken, readToken } from './tokens.js'
+import { deleteToken, readToken, token } from './tokens.js'
 
 const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31)
 const RUNS = 2_800
@@ -103,16 +103,40 @@ t.test('generated path ids: 400 when the spec refuses them, else 200 or a 404 pr
 const permissionIds = ordersFixture().permissions!.filter(({ resource_id: resource }) => resource === 'orders-api').map(({ id }) => id)
 const jsonContentTypes = ['application/json', 'application/json; charset=utf-8', 'application/json;charset=UTF-8']
 
+// Bodies and content types for the two operations that take the same body, DELETE and POST.
+const bodyArb = () => fc.oneof(
+  fc.json({ maxDepth: 4 }),
+  fc.array(fc.oneof(fc.constantFrom(...permissionIds), fc.string({ unit: 'binary', maxLength: 260 })), { minLength: 0, maxLength: 520 }).map((ids) => JSON.stringify(ids)),
+  fc.array(fc.constantFrom(...permissionIds), { minLength: 1, maxLength: 20 }).map((ids) => JSON.stringify(ids)),
+  fc.integer({ min: 1, max: 20_000 }).map((depth) => '['.repeat(depth) + ']'.repeat(depth)),
+  fc.string({ unit: 'binary', maxLength: 50 })
+)
+const contentTypeArb = () => fc.oneof(fc.constantFrom(...jsonContentTypes, 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=utf-16'), fc.string({ unit: 'grapheme-ascii', maxLength: 20 }))
+
+t.test('POST with generated bodies and content types under a stale If-Match: 412 exactly when the spec allows the body, nothing granted', async (t) => {
+  const before = (await harness.db.query('SELECT count(*)::int AS n FROM grants')).rows[0].n
+  const grantor = token({ scope: 'create:resource' }, { expiresIn: 3600 })
+  await fc.assert(fc.asyncProperty(bodyArb(), contentTypeArb(), async (text, type) => {
+    if (!/^[\x20-\x7e]*$/.test(type)) return
+    // No ETag is ever "0": a body the spec allows reaches the precondition and stops there.
+    const headers: Record<string, string> = { 'if-match': '"0"' }
+    if (type !== '') headers['content-type'] = type
+    const res = await send(ordersPath('app-a'), { method: 'POST', token: grantor, headers, body: text })
+    let parsed: unknown
+    try { parsed = JSON.parse(text) } catch { parsed = Symbol('not JSON') }
+    const allowed = jsonContentTypes.includes(type) && Array.isArray(parsed) && parsed.length >= 1 && parsed.length <= 500 && parsed.every(validId)
+    if (allowed ? res.status !== 412 : (res.status < 400 || res.status >= 500 || res.status === 412)) {
+      throw new Error(`${JSON.stringify(type)} ${text.slice(0, 80)}: got ${res.status} ${res.text.slice(0, 200)}`)
+    }
+  }))
+  t.equal((await harness.db.query('SELECT count(*)::int AS n FROM grants')).rows[0].n, before, 'no grant was added')
+  t.same((await harness.db.query('SELECT count(*)::int AS n FROM permission_changes')).rows, [{ n: 0 }], 'no change recorded')
+})
+
 t.test('DELETE with generated bodies and content types: 204/422 exactly when the spec allows it, nothing changes', async (t) => {
   const before = (await harness.db.query('SELECT count(*)::int AS n FROM grants')).rows[0].n
-  const body = fc.oneof(
-    fc.json({ maxDepth: 4 }),
-    fc.array(fc.oneof(fc.constantFrom(...permissionIds), fc.string({ unit: 'binary', maxLength: 260 })), { minLength: 0, maxLength: 520 }).map((ids) => JSON.stringify(ids)),
-    fc.array(fc.constantFrom(...permissionIds), { minLength: 1, maxLength: 20 }).map((ids) => JSON.stringify(ids)),
-    fc.integer({ min: 1, max: 20_000 }).map((depth) => '['.repeat(depth) + ']'.repeat(depth)),
-    fc.string({ unit: 'binary', maxLength: 50 })
-  )
-  const contentType = fc.oneof(fc.constantFrom(...jsonContentTypes, 'text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=utf-16'), fc.string({ unit: 'grapheme-ascii', maxLength: 20 }))
+  const body = bodyArb()
+  const contentType = contentTypeArb()
   await fc.assert(fc.asyncProperty(body, contentType, async (text, type) => {
     const headers: Record<string, string> = {}
     // fetch refuses some header values; those are the HTTP layer's business, not this property's.
