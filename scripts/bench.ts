@@ -223,6 +223,7 @@ const service = { url: '', pid: 0 }
 const ceiling = { url: '' }
 const readHeaders = { authorization: bearer('read:resource') }
 const deleteHeaders = { authorization: bearer('delete:resource'), 'content-type': 'application/json' }
+const grantHeaders = { authorization: bearer('create:resource'), 'content-type': 'application/json' }
 
 async function measureList (scale: Scale): Promise<void> {
   for (const scenario of listScenarios.filter(({ name }) => selected(name))) {
@@ -278,7 +279,27 @@ async function measureDelete (scale: Scale): Promise<void> {
       }]
     })
     if (next > available) console.warn(`DELETE ${size}: ${next} requests for ${available} batches; later ones removed nothing`)
-    // Re-grant what was removed, so the next round (and scale) does real work again.
+    // POST gives back what the DELETEs removed, batch by batch in the same order: real work each time.
+    const removedBatches = Math.min(next, available)
+    if (selected(`POST ${size} ids`)) {
+      let granted = 0
+      const postRun = await load({
+        url: service.url,
+        method: 'POST',
+        headers: grantHeaders,
+        expect: 204,
+        requests: [{
+          setupRequest: (request) => {
+            const n = granted++ % removedBatches
+            const client = Math.floor(n / batchesPerClient) + 1
+            return { ...request, path: listPath(`filler-${client}`), body: JSON.stringify(fillerBatch(client, n % batchesPerClient, size)) }
+          }
+        }]
+      })
+      rows.push({ scenario: `POST ${size} ids`, grants: scale.grants, service: postRun })
+      printRow(rows.at(-1)!)
+    }
+    // Re-grant whatever is still missing, so the next round (and scale) does real work again.
     await grantFillers(db, 1, Math.min(scale.fillerClients, Math.ceil(next / batchesPerClient)))
     const body = JSON.stringify(fillerBatch(1, 0, size))
     const httpRun = await load({ url: ceiling.url + listPath('filler-1'), method: 'DELETE', headers: { 'content-type': 'application/json' }, body, expect: 204 })
@@ -307,6 +328,16 @@ ROLLBACK;
     rows.push({ scenario: `DELETE ${size} ids`, grants: scale.grants, service: serviceRun, httpCeiling: httpRun.reqPerSec, dbCeiling, idealSqlCeiling })
     printRow(rows.at(-1)!)
   }
+}
+
+/** The change history of a client the DELETE and POST scenarios changed: its newest page. */
+async function measureHistory (scale: Scale): Promise<void> {
+  const scenario = 'GET change history, limit 50'
+  if (!selected(scenario) || scale.fillerClients === 0) return
+  const path = `/resources/${RESOURCE_ID}/authorized_clients/filler-1/permission_changes?limit=50`
+  const serviceRun = await load({ url: service.url + path, headers: readHeaders, expect: 200 })
+  rows.push({ scenario, grants: scale.grants, service: serviceRun })
+  printRow(rows.at(-1)!)
 }
 
 async function measureRejections (scale: Scale): Promise<void> {
@@ -408,6 +439,7 @@ try {
     if (grants === SCALES.at(-1)) await explainList(scale)
     if (grants === SCALES.at(-1)) {
       await measureDelete(scale)
+      await measureHistory(scale)
       await measureRejections(scale)
     }
     await stopProcess(ceilingProcess)
