@@ -103,11 +103,10 @@ export function listGrantedPermissionsSql (sort: SortKey[]): string {
     WITH t AS MATERIALIZED (
       SELECT
         -- NULL when the client is not authorized on the resource.
-        a.grant_count AS total, a.version,
+        (SELECT grant_count FROM authorizations WHERE resource_id = $1 AND client_id = $2) AS total,
+        (SELECT version FROM authorizations WHERE resource_id = $1 AND client_id = $2) AS version,
         -- The page number times the limit, as bigint: up to 5·10^16 rows, past JavaScript's integers.
         $3::bigint * $4::bigint AS skip
-      FROM (SELECT) AS one
-      LEFT JOIN authorizations a ON a.resource_id = $1 AND a.client_id = $2
     )
     SELECT
       -- An authorization implies both exist (foreign keys): they are looked up only for a 404.
