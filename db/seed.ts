@@ -3,7 +3,7 @@
 // error names the offending entry.
 import { Ajv } from 'ajv'
 import type pg from 'pg'
-import { authorizeClient, upsertClient, upsertPermission, upsertResource } from './queries.js'
+import { authorizeClient, upsertClient, upsertPermission, upsertResource } from './queries/seeding.js'
 
 export interface SeedData {
   resources?: Array<{ id: string, name?: string }>

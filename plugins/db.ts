@@ -5,8 +5,9 @@ import { performance } from 'node:perf_hooks'
 import fp from 'fastify-plugin'
 import { databaseErrorSummary } from '../db/errors.js'
 import { migrateDatabase } from '../db/migrate.js'
+import { migrationsDir } from '../src/project-root.js'
 import { DatabasePool } from '../db/pool.js'
-import { ping } from '../db/queries.js'
+import { ping } from '../db/queries/statement.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -61,7 +62,7 @@ export default fp(async function db (fastify) {
     connectionString: MIGRATIONS_DATABASE_URL ?? DATABASE_URL, max: 1, connectionWaitMs: 5_000, queryTimeoutMs: 0
   })
   try {
-    const applied = await migrateDatabase(migrationPool)
+    const applied = await migrateDatabase(migrationPool, migrationsDir)
     if (applied.length > 0) fastify.log.info({ migrations: applied }, 'database migrated')
   } finally {
     await migrationPool.end()

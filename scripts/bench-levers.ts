@@ -13,7 +13,7 @@ import { createSigner } from 'fast-jwt'
 import pg from 'pg'
 import { freePort, startThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
-import { projectRoot } from '../src/project-root.js'
+import { migrationsDir, projectRoot } from '../src/project-root.js'
 import { loadScale, RESOURCE_ID, SMALL_CLIENT } from './bench/data.js'
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
@@ -43,7 +43,7 @@ const children: ChildProcess[] = []
 
 try {
   const db = new pg.Pool({ connectionString: tcpUrl.toString(), max: 2 })
-  await migrateDatabase(db)
+  await migrateDatabase(db, migrationsDir)
   await loadScale(db, 10_000)
   await db.end()
   console.log('building the service (tsc)…')

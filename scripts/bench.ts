@@ -23,9 +23,11 @@ import { createSigner } from 'fast-jwt'
 import pg from 'pg'
 import { freePort, givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
-import { listGrantedPermissionsSql, STATEMENT_TIMEOUT_MS, unauthorizeSql } from '../db/queries.js'
-import { parseSortBy } from '../src/routes/permissions/list.js'
-import { projectRoot } from '../src/project-root.js'
+import { unauthorizeSql } from '../db/queries/change.js'
+import { listGrantedPermissionsSql } from '../db/queries/list.js'
+import { parseSortBy } from '../db/queries/sort.js'
+import { STATEMENT_TIMEOUT_MS } from '../db/queries/statement.js'
+import { migrationsDir, projectRoot } from '../src/project-root.js'
 import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
 import { connectionWaitOf, givenConnections, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
@@ -387,7 +389,7 @@ function markdownTable (): string {
 try {
   console.log(`${cpus().length} × ${cpus()[0]?.model}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}; ` +
     `${CONNECTIONS} connections, ${SECONDS} s per measurement`)
-  await migrateDatabase(db)
+  await migrateDatabase(db, migrationsDir)
   console.log('building the service (tsc)…')
   await new Promise<void>((resolve, reject) => {
     spawn(process.execPath, [join(projectRoot, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json'], { cwd: projectRoot, stdio: 'inherit' })

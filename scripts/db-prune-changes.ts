@@ -3,7 +3,7 @@
 // scheduler (a Kubernetes CronJob, cron); the service never deletes history by itself.
 import { parseArgs } from 'node:util'
 import pg from 'pg'
-import { pruneChanges } from '../db/queries.js'
+import { pruneChanges } from '../db/queries/history.js'
 import { withDatabase } from './database.js'
 
 const usage = 'usage: npm run -s db:prune-changes -- --older-than DAYS'

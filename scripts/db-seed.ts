@@ -3,6 +3,7 @@
 import { readFile } from 'node:fs/promises'
 import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
+import { migrationsDir } from '../src/project-root.js'
 import { assertSeedData, SeedError, seedDatabase } from '../db/seed.js'
 import { withDatabase } from './database.js'
 
@@ -24,7 +25,7 @@ try {
 await withDatabase(async (url) => {
   const pool = new pg.Pool({ connectionString: url, max: 1 })
   try {
-    await migrateDatabase(pool)
+    await migrateDatabase(pool, migrationsDir)
     const counts = await seedDatabase(pool, data)
     console.log(`Loaded ${file}: ${Object.entries(counts).map(([what, count]) => `${count} ${what}`).join(', ')}.`)
   } catch (error) {

@@ -6,8 +6,10 @@
 import pg from 'pg'
 import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
-import { listGrantedPermissionsSql, unauthorizeSql } from '../db/queries.js'
-import { parseSortBy } from '../src/routes/permissions/list.js'
+import { migrationsDir } from '../src/project-root.js'
+import { unauthorizeSql } from '../db/queries/change.js'
+import { listGrantedPermissionsSql } from '../db/queries/list.js'
+import { parseSortBy } from '../db/queries/sort.js'
 import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
 
@@ -23,7 +25,7 @@ const pool = new pg.Pool({ connectionString: database.url, max: 1 })
 // The throwaway server stops right after; its goodbye to an idle connection is expected.
 pool.on('error', () => {})
 try {
-  await migrateDatabase(pool)
+  await migrateDatabase(pool, migrationsDir)
   const started = Date.now()
   const scale = await loadScale(pool, total)
   console.log(`-- ${scale.grants} grants generated in ${((Date.now() - started) / 1000).toFixed(1)} s` +

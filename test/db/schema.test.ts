@@ -6,10 +6,11 @@ import pg from 'pg'
 import { migrate } from 'postgres-migrations'
 import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
-import {
-  authorizeClient, listGrantedPermissions, listGrantedPermissionsSql, ping, unauthorizeSql, upsertClient, upsertPermission, upsertResource,
-  type SortKey
-} from '../../db/queries.js'
+import { unauthorizeSql } from '../../db/queries/change.js'
+import { listGrantedPermissions, listGrantedPermissionsSql } from '../../db/queries/list.js'
+import { authorizeClient, upsertClient, upsertPermission, upsertResource } from '../../db/queries/seeding.js'
+import type { SortKey } from '../../db/queries/sort.js'
+import { ping } from '../../db/queries/statement.js'
 import { loadScale, RESOURCE_ID } from '../../scripts/bench/data.js'
 import { explainPreparedTree, type PlanNode } from '../../scripts/bench/explain.js'
 import { migrationsDir } from '../../src/project-root.js'
@@ -19,7 +20,7 @@ async function migratedPool (t: Test): Promise<pg.Pool> {
   const pool = new pg.Pool({ connectionString: await createTestDatabase(t), max: 4 })
   pool.on('error', () => {}) // the database is dropped with FORCE at teardown
   t.teardown(() => pool.end())
-  await migrateDatabase(pool)
+  await migrateDatabase(pool, migrationsDir)
   return pool
 }
 
@@ -212,10 +213,10 @@ t.test('migrating an up-to-date database applies nothing', async (t) => {
   const pool = new pg.Pool({ connectionString: await createTestDatabase(t), max: 1 })
   pool.on('error', () => {}) // the database is dropped with FORCE at teardown
   t.teardown(() => pool.end())
-  const first = await migrateDatabase(pool)
+  const first = await migrateDatabase(pool, migrationsDir)
   t.ok(first.includes('0001_create_permissions.sql'), `first run applies the migration: ${first.join(', ')}`)
-  t.same(await migrateDatabase(pool), [])
-  t.same(await migrateDatabase(pool), [])
+  t.same(await migrateDatabase(pool, migrationsDir), [])
+  t.same(await migrateDatabase(pool, migrationsDir), [])
   const { rows } = await pool.query("SELECT count(*)::int AS n FROM migrations WHERE name = 'create_permissions'")
   t.equal(rows[0].n, 1)
 })
@@ -225,7 +226,7 @@ t.test('three replicas migrating a fresh database at once: each migration is app
   const pools = [1, 2, 3].map(() => new pg.Pool({ connectionString: url, max: 1 }))
   for (const each of pools) each.on('error', () => {})
   t.teardown(() => Promise.all(pools.map((pool) => pool.end())))
-  const results = await Promise.all(pools.map((pool) => migrateDatabase(pool)))
+  const results = await Promise.all(pools.map((pool) => migrateDatabase(pool, migrationsDir)))
   t.equal(results.filter((applied) => applied.includes('0001_create_permissions.sql')).length, 1, JSON.stringify(results))
   t.equal(results.filter((applied) => applied.length === 0).length, 2, 'the other two find nothing to do')
   const { rows } = await pools[0].query(`
@@ -235,7 +236,7 @@ t.test('three replicas migrating a fresh database at once: each migration is app
   const migrations = await pools[0].query('SELECT name, count(*)::int AS n FROM migrations GROUP BY name ORDER BY name')
   t.ok(migrations.rows.length > 0)
   for (const { name, n } of migrations.rows) t.equal(n, 1, `${name} recorded once`)
-  t.same(await migrateDatabase(pools[1]), [], 'and a later run finds nothing to do')
+  t.same(await migrateDatabase(pools[1], migrationsDir), [], 'and a later run finds nothing to do')
 })
 
 function planNodes (node: PlanNode): PlanNode[] {
@@ -276,7 +277,7 @@ t.test('the list and unauthorize statements read about one page of the client\'s
   t.equal((await pool.query('SELECT count(*)::int AS n FROM grants')).rows[0].n, 200_000)
   t.comment(`arranged in ${Date.now() - started} ms`)
 
-  // The statements exactly as the service runs them (db/queries.ts).
+  // The statements exactly as the service runs them (db/queries/).
   const statements: Record<string, [string, unknown[]]> = {
     'list by name': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 0]],
     'list by name, last page': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 19]],
@@ -538,7 +539,7 @@ t.test('migration 0003 gives the grants of an existing database their descriptio
       ('old-1', 'old-api', 'read:one', 'one'), ('old-2', 'old-api', 'read:two', NULL), ('old-3', 'old-api', 'read:three', 'three');
     INSERT INTO authorizations (resource_id, client_id) VALUES ('old-api', 'old-app');
     INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('old-api', 'old-app', 'old-1'), ('old-api', 'old-app', 'old-2')`)
-  t.same(await migrateDatabase(pool), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql'])
   t.same((await pool.query('SELECT permission_id, permission_description FROM grants ORDER BY permission_id')).rows,
     [{ permission_id: 'old-1', permission_description: 'one' }, { permission_id: 'old-2', permission_description: null }])
   t.same((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows, [{ n: 2 }], 'the count is untouched')

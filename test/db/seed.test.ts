@@ -6,7 +6,7 @@ import pg from 'pg'
 import t from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase, type SeedData } from '../../db/seed.js'
-import { projectRoot } from '../../src/project-root.js'
+import { migrationsDir, projectRoot } from '../../src/project-root.js'
 import { createTestDatabase } from '../helper.js'
 
 const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
@@ -120,7 +120,7 @@ t.test('seeding again with new descriptions: the grants carry them, a descriptio
   const pool = new pg.Pool({ connectionString: await createTestDatabase(t), max: 1 })
   pool.on('error', () => {}) // the database is dropped with FORCE at teardown
   t.teardown(() => pool.end())
-  await migrateDatabase(pool)
+  await migrateDatabase(pool, migrationsDir)
   await seedDatabase(pool, validDocument())
   const granted = async () => (await pool.query(`
     SELECT client_id, permission_id, permission_description FROM grants WHERE resource_id = 'orders-api' ORDER BY 1, 2`)).rows
@@ -150,7 +150,7 @@ t.test('db:seed refuses a bad file, says which entry is wrong and loads nothing 
   const pool = new pg.Pool({ connectionString: url, max: 1 })
   pool.on('error', () => {}) // the database is dropped with FORCE at teardown
   t.teardown(() => pool.end())
-  await migrateDatabase(pool)
+  await migrateDatabase(pool, migrationsDir)
   await seedDatabase(pool, validDocument())
 
   // Valid new rows first, so a partial load would show in the counts.

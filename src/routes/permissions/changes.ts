@@ -2,7 +2,7 @@
 // history DELETE and POST write in their own transaction. Paged by a cursor (`before`, the id of the
 // last change seen) rather than an offset, so a page never shifts while changes are being added.
 import type { FastifyInstance } from 'fastify'
-import { listPermissionChanges } from '../../../db/queries.js'
+import { listPermissionChanges } from '../../../db/queries/history.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { problems } from '../../problems.js'

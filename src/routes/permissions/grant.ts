@@ -1,7 +1,7 @@
 // POST: grant permissions to a client already authorized on a resource, all of them or none; the
 // inverse of DELETE, with the same body and the same answers.
 import type { FastifyInstance } from 'fastify'
-import { grantPermissions } from '../../../db/queries.js'
+import { grantPermissions } from '../../../db/queries/change.js'
 import { actorOf } from '../../../plugins/auth.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'

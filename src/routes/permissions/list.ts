@@ -1,6 +1,7 @@
 // GET: one page of the permissions granted to a client on a resource.
 import type { FastifyInstance } from 'fastify'
-import { listGrantedPermissions, type SortDirection, type SortKey, type SortProperty } from '../../../db/queries.js'
+import { listGrantedPermissions } from '../../../db/queries/list.js'
+import { parseSortBy } from '../../../db/queries/sort.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { collectionUrl, pageLinks } from './links.js'
@@ -9,19 +10,6 @@ import { assertClientAuthorized } from './target.js'
 
 type List = Operations['listClientPermissions']
 const { url, schema, config } = operations.listClientPermissions
-
-/**
- * Parses a `sort_by` the schema's pattern has already accepted (`name.desc,id`). A property named
- * twice keeps its first direction.
- */
-export function parseSortBy (sortBy: string): SortKey[] {
-  const keys = new Map<SortProperty, SortDirection>()
-  for (const part of sortBy.split(',')) {
-    const [property, direction = 'asc'] = part.split('.') as [SortProperty, SortDirection?]
-    if (!keys.has(property)) keys.set(property, direction)
-  }
-  return [...keys].map(([property, direction]) => ({ property, direction }))
-}
 
 export default async function listPermissions (fastify: FastifyInstance) {
   fastify.get<{

@@ -1,4 +1,5 @@
-import type { ChangeResult, Target } from '../../../db/queries.js'
+import type { ChangeResult } from '../../../db/queries/change.js'
+import type { Target } from '../../../db/queries/statement.js'
 import { problems } from '../../problems.js'
 
 /** Throws the 404 problem that says which part of the path does not exist. */

@@ -1,6 +1,6 @@
 // DELETE: remove permissions from a client on a resource, all of them or none.
 import type { FastifyInstance } from 'fastify'
-import { unauthorizePermissions } from '../../../db/queries.js'
+import { unauthorizePermissions } from '../../../db/queries/change.js'
 import { actorOf } from '../../../plugins/auth.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'

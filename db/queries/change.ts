@@ -1,0 +1,153 @@
+// The DELETE and the POST: one statement that changes a client's grants only when the change
+// applies, and records it in the history in the same transaction.
+import type pg from 'pg'
+import { STATEMENT_TIMEOUT_MS, type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
+
+// What the DELETE and the POST share ($1 resource id, $2 client id, $3 permission ids, $4 the versions
+// an If-Match accepts, NULL for none): the target, its authorization locked (so two callers holding
+// the same tag are served one after the other, and the second sees the first's version), whether
+// the precondition holds, and whether every id is a permission of the resource (one index scan).
+const changeContext = `
+  target AS (
+    SELECT ${targetColumns}
+  ), locked AS MATERIALIZED (
+    SELECT version FROM authorizations WHERE resource_id = $1 AND client_id = $2 FOR UPDATE
+  ), precondition AS (
+    SELECT $4::bigint[] IS NULL OR coalesce((SELECT version FROM locked) = ANY ($4::bigint[]), false) AS met
+  ), known AS (
+    SELECT count(*) = (SELECT count(DISTINCT id) FROM unnest($3::text[]) AS id) AS all_known
+    FROM permissions
+    WHERE resource_id = $1 AND id = ANY ($3::text[])
+  )`
+
+// The ids of $3 that are not permissions of the resource, in request order, each once: worked out
+// only when some are not, for the 422.
+const unknownIds = `
+    CASE WHEN known.all_known THEN '{}' ELSE (
+      SELECT array_agg(r.id ORDER BY r.position)
+      FROM (
+        SELECT id, min(position) AS position
+        FROM unnest($3::text[]) WITH ORDINALITY AS requested (id, position)
+        WHERE NOT EXISTS (SELECT 1 FROM permissions p WHERE p.resource_id = $1 AND p.id = requested.id)
+        GROUP BY id
+      ) r
+    ) END AS unknown_permission_ids`
+
+const changeApplies = 'target.authorized AND precondition.met AND known.all_known'
+
+// After the change ($5 actor sub, $6 actor client id, $7 request id): when it changed anything, one
+// row of history with the ids it changed (request order, each once), and a notification that
+// PostgreSQL delivers at COMMIT, to listeners on the permission_changes channel.
+const recordChange = (action: 'granted' | 'unauthorized') => `
+  , recorded AS (
+    INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, actor_sub, actor_client_id, request_id)
+    SELECT $1, $2, '${action}', ids, $5, $6, $7
+    FROM (
+      SELECT array_agg(id ORDER BY position) AS ids
+      FROM (
+        SELECT id, min(position) AS position
+        FROM unnest($3::text[]) WITH ORDINALITY AS requested (id, position)
+        WHERE id IN (SELECT permission_id FROM changed)
+        GROUP BY id
+      ) r
+    ) changed_ids
+    WHERE ids IS NOT NULL
+    RETURNING id
+  ), notified AS (
+    SELECT pg_notify('permission_changes', json_build_object(
+      'id', id::text, 'resource_id', $1::text, 'client_id', $2::text, 'action', '${action}')::text)
+    FROM recorded
+  )
+  SELECT target.*, precondition.met AS precondition_met, ${unknownIds},
+    (SELECT count(*) FROM changed) AS changed,
+    (SELECT id FROM recorded) AS change_id,
+    (SELECT count(*) FROM notified) AS notified
+  FROM target, precondition, known`
+
+/** The unauthorize statement: removes the grants only when the change applies. */
+export const unauthorizeSql = `
+  WITH ${changeContext}, changed AS (
+    DELETE FROM grants g
+    USING target, precondition, known
+    WHERE ${changeApplies}
+      AND g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = ANY ($3::text[])
+    RETURNING g.permission_id
+  )${recordChange('unauthorized')}`
+
+/** The grant statement: adds the grants not held yet, only when the change applies. */
+export const grantSql = `
+  WITH ${changeContext}, changed AS (
+    INSERT INTO grants (resource_id, client_id, permission_id)
+    SELECT DISTINCT $1, $2, id
+    FROM unnest($3::text[]) AS id, target, precondition, known
+    WHERE ${changeApplies}
+    ON CONFLICT DO NOTHING
+    RETURNING permission_id
+  )${recordChange('granted')}`
+
+export interface ChangeInput {
+  resourceId: string
+  clientId: string
+  permissionIds: string[]
+  /** The versions an If-Match accepts; undefined when the request has no precondition. */
+  ifMatch?: string[]
+  /** Who asks (from the verified token) and the request's id, for the history. */
+  actor: { sub?: string, clientId?: string }
+  requestId: string
+}
+
+export interface ChangeResult extends Target {
+  /** False when an If-Match names no current version: nothing was changed. */
+  preconditionMet: boolean
+  /** Requested ids that are not permissions of the resource, in request order, each once. */
+  unknownPermissionIds: string[]
+  /** Grants removed or added. */
+  changed: number
+  /** The history row written for the change; undefined when nothing changed. */
+  changeId?: string
+}
+
+/**
+ * One change of a client's grants on a resource, all or nothing: one statement that changes only
+ * when the client is authorized, the precondition holds and every id is a permission of the
+ * resource, in an explicit transaction with a server-side statement timeout. COMMIT is sent only
+ * after the statement's answer, so a client that gave up waiting never leaves a change committed
+ * behind it.
+ */
+async function changeGrants (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: StatementOptions): Promise<ChangeResult> {
+  const client = await pool.connect()
+  try {
+    // One round trip; the timeout is transaction-scoped, so nothing leaks to the next user of a
+    // pooled server connection.
+    const timeout = Math.trunc(options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS)
+    await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}`)
+    const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, unknown_permission_ids: string[], changed: string, change_id: string | null }>(
+      statement(name, text, [
+        input.resourceId, input.clientId, input.permissionIds, input.ifMatch ?? null,
+        input.actor.sub ?? null, input.actor.clientId ?? null, input.requestId
+      ], options))
+    await client.query('COMMIT')
+    client.release()
+    return {
+      ...targetOf(row),
+      preconditionMet: row.precondition_met,
+      unknownPermissionIds: row.unknown_permission_ids,
+      changed: Number(row.changed),
+      ...(row.change_id === null ? {} : { changeId: row.change_id })
+    }
+  } catch (error) {
+    // A connection whose transaction failed is not reused: it may be in any state.
+    client.release(error as Error)
+    throw error
+  }
+}
+
+/** Removes grants from a client's authorization on a resource (ids not granted are no-ops). */
+export function unauthorizePermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions = {}): Promise<ChangeResult> {
+  return changeGrants(pool, 'unauthorize', unauthorizeSql, input, options)
+}
+
+/** Grants permissions within a client's existing authorization on a resource (ids held are no-ops). */
+export function grantPermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions = {}): Promise<ChangeResult> {
+  return changeGrants(pool, 'grant', grantSql, input, options)
+}

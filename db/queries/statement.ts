@@ -1,0 +1,41 @@
+// What every statement of the query module shares: where it runs, how it is sent, and the target
+// (resource, client, authorization) whose existence decides between an answer and a 404.
+import type pg from 'pg'
+
+export type Queryable = Pick<pg.Pool | pg.PoolClient, 'query'>
+
+/**
+ * Whether statements are sent as named prepared statements: parsed and planned once per connection
+ * (a list statement takes longer to plan than to run), or unnamed, for poolers that cannot keep
+ * them (PgBouncer in transaction mode before 1.21).
+ */
+export interface StatementOptions {
+  prepared?: boolean
+  /** The DELETE's server-side bound, set in its own transaction (so it holds behind a pooler too). */
+  statementTimeoutMs?: number
+}
+
+export const statement = (name: string, text: string, values: unknown[], { prepared = true }: StatementOptions) =>
+  prepared ? { name, text, values } : { text, values }
+
+/** Default server-side bound on a statement (DATABASE_STATEMENT_TIMEOUT_MS). */
+export const STATEMENT_TIMEOUT_MS = 5_000
+
+/** Whether the resource and the client exist, and whether the client is authorized on it. */
+export interface Target { resourceExists: boolean, clientExists: boolean, authorized: boolean }
+
+export const targetColumns = `
+  EXISTS (SELECT 1 FROM resources WHERE id = $1) AS resource_exists,
+  EXISTS (SELECT 1 FROM clients WHERE id = $2) AS client_exists,
+  EXISTS (SELECT 1 FROM authorizations WHERE resource_id = $1 AND client_id = $2) AS authorized`
+
+export interface TargetRow { resource_exists: boolean, client_exists: boolean, authorized: boolean }
+
+export function targetOf (row: TargetRow): Target {
+  return { resourceExists: row.resource_exists, clientExists: row.client_exists, authorized: row.authorized }
+}
+
+/** Answers when the database can run a query. */
+export async function ping (db: Queryable): Promise<void> {
+  await db.query('SELECT 1')
+}
