@@ -7,9 +7,8 @@ import { Writable } from 'node:stream'
 import Fastify, { type FastifyError } from 'fastify'
 import t, { type Test } from 'tap'
 import { ConnectionWaitTimeout, DatabaseUnreachable } from '../db/errors.js'
-import {
-  Problem, clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, problems, toProblem
-} from '../src/problems.js'
+import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, toProblem } from '../src/error-handler.js'
+import { Problem, problems } from '../src/problems.js'
 
 const fastifyError = (init: Partial<FastifyError> & { message?: string }): FastifyError =>
   Object.assign(new Error(init.message ?? 'boom'), init) as FastifyError

@@ -1,0 +1,112 @@
+// The one error handler: every error (ours, Fastify's validation, body and routing errors, the
+// database's, Node's HTTP parser's) answered as application/problem+json, without leaking internals.
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
+import { type FieldError, OVERLOADED, Problem, PROBLEM_CONTENT_TYPE, problems, statusPhrase } from './problems.js'
+
+export function sendProblem (reply: FastifyReply, problem: Problem): FastifyReply {
+  return reply.code(problem.status).headers(problem.headers).type(PROBLEM_CONTENT_TYPE)
+    .send({ ...problem.toJSON(), request_id: reply.request.id })
+}
+
+const validationLocations: Record<string, FieldError['location']> = {
+  params: 'path', querystring: 'query', headers: 'header', body: 'body'
+}
+
+interface ValidationIssue {
+  instancePath: string
+  keyword?: string
+  message?: string
+  params?: Record<string, unknown>
+  parentSchema?: { 'x-pattern-hint'?: string }
+}
+
+// Said the same way however the body is wrong, so a newcomer learns what to send.
+const EXPECTED_BODY = 'a JSON array of 1 to 500 permission ids, such as ["perm_read_orders"]'
+
+function messageOf (issue: ValidationIssue, location: FieldError['location']): string {
+  // A pattern is explained in the spec's words, not shown as a regular expression.
+  const hint = issue.parentSchema?.['x-pattern-hint']
+  if (issue.keyword === 'pattern' && hint) return `must be ${hint}`
+  if (location === 'body' && issue.instancePath === '' && issue.keyword === 'type') return `must be ${EXPECTED_BODY}`
+  return issue.message ?? 'is invalid'
+}
+
+function fieldErrors (error: FastifyError): FieldError[] {
+  const location = validationLocations[error.validationContext ?? 'body'] ?? 'body'
+  return (error.validation as ValidationIssue[]).map((issue) => {
+    const missing = issue.params?.missingProperty
+    return {
+      location,
+      pointer: issue.instancePath + (typeof missing === 'string' ? `/${missing}` : ''),
+      message: messageOf(issue, location)
+    }
+  })
+}
+
+// Fastify's own request errors, by code, as the problems the spec declares for them.
+const fastifyProblems: Record<string, (error: FastifyError) => Problem> = {
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: () => new Problem({ status: 415, detail: 'The body must be application/json.' }),
+  FST_ERR_CTP_BODY_TOO_LARGE: () => new Problem({ status: 413, detail: 'The body is larger than 256 KiB.' }),
+  FST_ERR_CTP_EMPTY_JSON_BODY: () => problems.malformedBody(`The body is empty; send ${EXPECTED_BODY}.`),
+  FST_ERR_CTP_INVALID_JSON_BODY: () => problems.malformedBody(`The body is not valid JSON; send ${EXPECTED_BODY}.`),
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: () => problems.malformedBody('Content-Length does not match the body.')
+}
+
+export function toProblem (error: FastifyError, request?: FastifyRequest): Problem {
+  if (error instanceof Problem) return error
+  // No body at all (and so no content type): the same answer as an empty JSON body.
+  if (error.validation && error.validationContext === 'body' && request && request.body === undefined) {
+    return problems.malformedBody(`The body is empty; send ${EXPECTED_BODY}.`)
+  }
+  if (error.validation) return problems.invalidRequest(fieldErrors(error))
+  const known = error.code ? fastifyProblems[error.code] : undefined
+  if (known) return known(error)
+  // JSON.parse and secure-json-parse reject bad JSON and __proto__ keys with a 400 SyntaxError.
+  if (error instanceof SyntaxError && error.statusCode === 400) return problems.malformedBody(`The body is not valid JSON; send ${EXPECTED_BODY}.`)
+  if (isDatabaseUnavailable(error)) return problems.databaseUnavailable()
+  if (overloadReasonOf(error)) return problems.overloaded()
+  const status = error.statusCode ?? 500
+  if (status >= 400 && status < 500) return new Problem({ status, detail: STATUS_CODES[status] ?? 'Bad request' })
+  return problems.internal()
+}
+
+export function errorHandler (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const problem = toProblem(error, request)
+  // Shedding load is the service working as designed: worth a warning, not an error with a stack.
+  if (problem.type === OVERLOADED) request.log.warn({ reason: overloadReasonOf(error) ?? 'event_loop', detail: error.message }, 'request shed')
+  else if (problem.status >= 500) request.log.error({ err: error }, 'request failed')
+  else request.log.info({ status: problem.status, type: problem.type }, problem.title)
+  return sendProblem(reply, problem)
+}
+
+/**
+ * Requests Node's HTTP parser rejects never reach Fastify's routing: answer them as problems too,
+ * straight on the socket (headers over the limit → 431, anything else malformed → 400).
+ */
+export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket): void {
+  // A reset connection has no one left to answer.
+  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
+  const detail = status === 431
+    ? 'The request headers are larger than the server accepts.'
+    : status === 408 ? 'The request took too long to arrive.' : 'The request is not valid HTTP.'
+  const body = JSON.stringify(new Problem({ status, detail }).toJSON())
+  socket.end(`HTTP/1.1 ${status} ${statusPhrase(status)}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
+}
+
+/** Errors of Fastify's router, before any route: a URL whose percent-encoding is broken. */
+export function frameworkErrors (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const problem = error.code === 'FST_ERR_BAD_URL'
+    ? new Problem({ status: 400, detail: 'The URL is not valid: its percent-encoding is broken.' })
+    : toProblem(error)
+  request.log.info({ status: problem.status, code: error.code }, problem.title)
+  return sendProblem(reply, problem)
+}
+
+export function notFoundHandler (_request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  return sendProblem(reply, problems.routeNotFound())
+}
