@@ -22,6 +22,8 @@ t.test('GET /docs serves Swagger UI pointing at /openapi.json, without a token',
   t.match(await initializer.text(), /\/openapi\.json/)
   const bundle = await fetch(`${harness.baseUrl}/docs/static/swagger-ui-bundle.js`)
   t.equal(bundle.status, 200, 'the UI is served locally, no CDN')
+  // Read to the end: a response left unread keeps its connection busy, and closing the server waits for it.
+  t.ok((await bundle.arrayBuffer()).byteLength > 100_000)
 })
 
 t.test('the served document declares the bearer scheme and each operation\'s scope', async (t) => {
@@ -39,6 +41,7 @@ t.test('GET / points to the docs: 302 to /docs, without a token; other methods o
   const root = await fetch(`${harness.baseUrl}/`, { redirect: 'manual' })
   t.equal(root.status, 302)
   t.equal(root.headers.get('location'), '/docs')
+  await root.arrayBuffer()
   const followed = await fetch(`${harness.baseUrl}/`)
   t.equal(followed.status, 200)
   t.match(await followed.text(), /swagger-ui/)

@@ -105,9 +105,16 @@ export async function build (t: Test, env: Record<string, string> = {}, { logs, 
   const options = serverOptions(config)
   if (logs) options.logger = { ...options.logger as object, stream: logs }
   const fastify = Fastify(options)
-  await fastify.register(app, { config })
-  if (extend) await fastify.register(extend)
-  await fastify.listen({ host: '127.0.0.1', port: 0 })
+  try {
+    await fastify.register(app, { config })
+    if (extend) await fastify.register(extend)
+    await fastify.listen({ host: '127.0.0.1', port: 0 })
+  } catch (error) {
+    // A start that fails still opened a pool: close it, or its idle connections hold the process.
+    await fastify.close().catch(() => {})
+    await drop()
+    throw error
+  }
   const db = new pg.Pool({ connectionString: databaseUrl, max: 4 })
   // Tests stop database servers on purpose; a lost idle connection must not end the test run.
   db.on('error', () => {})

@@ -52,7 +52,10 @@ t.test('METRICS_PORT: /metrics on its own listener only; the API port answers 40
   t.notMatch(text, /route="\/metrics"/, 'the scrape itself is not measured')
   const onApiPort = await harness.request('/metrics')
   t.equal(onApiPort.status, 404, 'not on the API port, which the gateway forwards')
-  t.equal((await fetch(`http://127.0.0.1:${address!.port}/resources`)).status, 404, 'the metrics port serves nothing else')
+  const elsewhere = await fetch(`http://127.0.0.1:${address!.port}/resources`)
+  t.equal(elsewhere.status, 404, 'the metrics port serves nothing else')
+  // Read to the end: a response left unread keeps its connection busy, and closing waits for it.
+  await elsewhere.arrayBuffer()
   await harness.app.close()
   await t.rejects(fetch(`http://127.0.0.1:${address!.port}/metrics`), 'closed with the app')
 })
