@@ -150,6 +150,17 @@ export function assertProductionReady (config: Config): void {
   if (!config.JWT_AUDIENCE) refuse('JWT_AUDIENCE')
 }
 
+/**
+ * The configuration the server starts with: valid, a usable key if one is named, and in production
+ * everything production needs. Throws with the one line the server exits with.
+ */
+export function loadStartupConfig (env: Record<string, string | undefined> = process.env): Config {
+  const config = loadConfig(env)
+  jwtKeyOf(config)
+  if (isProduction(config)) assertProductionReady(config)
+  return config
+}
+
 /** JWT_AUDIENCE's values: comma-separated, blanks around them ignored. */
 export function audiencesOf (config: Pick<Config, 'JWT_AUDIENCE'>): string[] {
   return (config.JWT_AUDIENCE ?? '').split(',').map((value) => value.trim()).filter(Boolean)

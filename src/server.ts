@@ -11,7 +11,7 @@ import type { RunningPostgres } from '../db/embedded-postgres.js'
 import { isDatabaseUnavailable } from '../db/errors.js'
 import { seedDatabase, type SeedData } from '../db/seed.js'
 import app, { serverOptions } from './app.js'
-import { assertProductionReady, isProduction, jwtKeyOf, loadConfig } from './config.js'
+import { isProduction, jwtKeyOf, loadStartupConfig } from './config.js'
 import { openLocalDatabase, signToken, withLocalDefaults } from './local-dev.js'
 import { projectRoot } from './project-root.js'
 
@@ -22,9 +22,7 @@ function fail (message: string): never {
 
 let config
 try {
-  config = loadConfig()
-  jwtKeyOf(config)
-  if (isProduction(config)) assertProductionReady(config)
+  config = loadStartupConfig()
 } catch (error) {
   fail((error as Error).message)
 }

@@ -1,8 +1,11 @@
-// src/config.ts's production rules, in-process (test/server.test.ts starts real processes with them).
+// src/config.ts's production rules, in-process (test/server.test.ts starts a real process with one).
 import t from 'tap'
-import { assertProductionReady, audiencesOf, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, tokenTypeOf } from '../src/config.js'
+import { assertProductionReady, audiencesOf, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, loadStartupConfig, tokenTypeOf } from '../src/config.js'
 import { withLocalDefaults } from '../src/local-dev.js'
-import { TEST_SECRET } from './tokens.js'
+import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, TEST_SECRET } from './tokens.js'
+
+const unreachable = 'postgres://u@127.0.0.1:1/db'
+const production = { NODE_ENV: 'production', JWT_ISSUER: PRODUCTION_ISSUER, JWT_AUDIENCE: PRODUCTION_AUDIENCE }
 
 t.test('local rules only for NODE_ENV unset, development or test, spelled exactly so', async (t) => {
   for (const NODE_ENV of [undefined, 'development', 'test']) t.notOk(isProduction(loadConfig({ NODE_ENV })), String(NODE_ENV))
@@ -49,5 +52,29 @@ t.test('JWKS over http: loopback hosts are local; any other host needs JWKS_ALLO
     t.throws(() => jwtKeyOf(loadConfig({ NODE_ENV: 'production', JWKS_URL: url })), /JWKS_URL must be https:\/\/ in production/, url)
     t.equal(jwtKeyOf(loadConfig({ NODE_ENV: 'production', JWKS_URL: url, JWKS_ALLOW_HTTP: 'true' }))?.kind, 'jwks', `${url} allowed`)
     t.equal(jwtKeyOf(loadConfig({ JWKS_URL: url }))?.kind, 'jwks', `${url} outside production`)
+  }
+})
+
+t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or with two keys → refuses to start, says why (the server exits 1 with this line)', async (t) => {
+  const cases: Array<[Record<string, string>, RegExp]> = [
+    [{ ...production, JWT_SECRET: TEST_SECRET }, /^Refusing to start: DATABASE_URL is required in production \(NODE_ENV=production\)\.$/],
+    [{ ...production, DATABASE_URL: unreachable }, /one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required/],
+    [{ ...production, JWT_ISSUER: '', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /^Refusing to start: JWT_ISSUER is required in production/],
+    [{ ...production, JWT_AUDIENCE: '', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /^Refusing to start: JWT_AUDIENCE is required in production/],
+    [{ ...production, JWT_AUDIENCE: ' , ', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /JWT_AUDIENCE must match pattern/],
+    [{ JWT_SECRET: TEST_SECRET, JWT_PUBLIC_KEY: 'x', DATABASE_URL: unreachable }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET/],
+    [{ JWKS_URL: 'https://idp.example/jwks.json', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET \(got JWKS_URL and JWT_SECRET\)/],
+    [{ ...production, JWKS_URL: 'http://idp.example/jwks.json', DATABASE_URL: unreachable }, /JWKS_URL must be https:\/\/ in production, or http:\/\/ on a loopback host \(set JWKS_ALLOW_HTTP=true/],
+    [{ ...production, JWKS_URL: 'http://127.example.com/jwks.json', DATABASE_URL: unreachable }, /JWKS_URL must be https:\/\/ in production/],
+    [{ JWT_SECRET: 'short', DATABASE_URL: unreachable }, /JWT_SECRET must NOT have fewer than 32 characters/],
+    [{ PORT: 'eighty', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /PORT must be integer/],
+    [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY is not a PEM public key/]
+  ]
+  for (const [env, message] of cases) t.throws(() => loadStartupConfig(env), { message }, JSON.stringify(env))
+})
+
+t.test('any NODE_ENV but unset, development or test gets production rules: no embedded database, no generated secret', async (t) => {
+  for (const NODE_ENV of ['prod', 'Production', 'staging', 'DEVELOPMENT', ' development']) {
+    t.throws(() => loadStartupConfig({ NODE_ENV }), { message: `Refusing to start: DATABASE_URL is required in production (NODE_ENV=${NODE_ENV}).` }, NODE_ENV)
   }
 })

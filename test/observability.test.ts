@@ -1,14 +1,9 @@
-import { PassThrough } from 'node:stream'
 import t from 'tap'
 import { ordersFixture, ordersPath } from './fixtures.js'
-import { build } from './helper.js'
+import { build, captureLogs } from './helper.js'
 import { deleteToken, readToken } from './tokens.js'
 
-const logs: Array<Record<string, unknown>> = []
-const stream = new PassThrough()
-stream.on('data', (chunk: Buffer) => {
-  for (const line of chunk.toString().split('\n').filter(Boolean)) logs.push(JSON.parse(line))
-})
+const { stream, lines: logs, waitFor } = captureLogs()
 const harness = await build(t, { LOG_LEVEL: 'info' }, { logs: stream })
 await harness.seed(ordersFixture())
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
@@ -35,7 +30,8 @@ t.test('log lines are JSON with the request id, route, status and latency; token
     token: secretish, headers: { 'x-request-id': 'trace-me', cookie: 'session=s3cr3t' }
   })
   t.equal(res.status, 200)
-  await new Promise((resolve) => setImmediate(resolve))
+  // The completion line is written after the response is sent.
+  await waitFor((line) => line.reqId === 'trace-me' && line.res !== undefined, 'the request completed')
   const mine = logs.filter((line) => line.reqId === 'trace-me')
   t.ok(mine.length >= 2, 'incoming and completed lines')
   const incoming = mine.find((line) => line.req) as { req: { route: string, url: string } }
@@ -55,7 +51,7 @@ t.test('a removal leaves an audit line: who lost what on which resource, and how
     method: 'DELETE', token: deleteToken(), json: ['p_read_orders', 'p_read_orders'], headers: { 'x-request-id': 'audit-me' }
   })
   t.equal(res.status, 204)
-  await new Promise((resolve) => setImmediate(resolve))
+  await waitFor((line) => line.reqId === 'audit-me' && line.res !== undefined, 'the request completed')
   const audit = logs.filter((line) => line.reqId === 'audit-me' && line.msg === 'permissions unauthorized')
   t.match(audit, [{ level: 30, resourceId: 'orders-api', clientId: 'app-a', removed: 1 }])
 })

@@ -31,34 +31,11 @@ async function exitOf (child: ChildProcess): Promise<number | null> {
 const unreachable = 'postgres://u@127.0.0.1:1/db'
 const production = { NODE_ENV: 'production', JWT_ISSUER: PRODUCTION_ISSUER, JWT_AUDIENCE: PRODUCTION_AUDIENCE }
 
-t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or with two keys → refuses to start, says why', async (t) => {
-  const cases: Array<[Record<string, string>, RegExp]> = [
-    [{ ...production, JWT_SECRET: TEST_SECRET }, /^Refusing to start: DATABASE_URL is required in production \(NODE_ENV=production\)\.$/],
-    [{ ...production, DATABASE_URL: unreachable }, /one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required/],
-    [{ ...production, JWT_ISSUER: '', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /^Refusing to start: JWT_ISSUER is required in production/],
-    [{ ...production, JWT_AUDIENCE: '', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /^Refusing to start: JWT_AUDIENCE is required in production/],
-    [{ ...production, JWT_AUDIENCE: ' , ', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /JWT_AUDIENCE must match pattern/],
-    [{ JWT_SECRET: TEST_SECRET, JWT_PUBLIC_KEY: 'x', DATABASE_URL: unreachable }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET/],
-    [{ JWKS_URL: 'https://idp.example/jwks.json', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /set only one of JWKS_URL, JWT_PUBLIC_KEY, JWT_SECRET \(got JWKS_URL and JWT_SECRET\)/],
-    [{ ...production, JWKS_URL: 'http://idp.example/jwks.json', DATABASE_URL: unreachable }, /JWKS_URL must be https:\/\/ in production, or http:\/\/ on a loopback host \(set JWKS_ALLOW_HTTP=true/],
-    [{ ...production, JWKS_URL: 'http://127.example.com/jwks.json', DATABASE_URL: unreachable }, /JWKS_URL must be https:\/\/ in production/],
-    [{ JWT_SECRET: 'short', DATABASE_URL: unreachable }, /JWT_SECRET must NOT have fewer than 32 characters/],
-    [{ PORT: 'eighty', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /PORT must be integer/],
-    [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY is not a PEM public key/]
-  ]
-  for (const [env, message] of cases) {
-    const { child, output } = startServer(env)
-    t.equal(await exitOf(child), 1, JSON.stringify(env))
-    t.match(output().trim(), message)
-  }
-})
-
-t.test('any NODE_ENV but unset, development or test gets production rules: no embedded database, no generated secret', async (t) => {
-  for (const NODE_ENV of ['prod', 'Production', 'staging', 'DEVELOPMENT', ' development']) {
-    const { child, output } = startServer({ NODE_ENV })
-    t.equal(await exitOf(child), 1, NODE_ENV)
-    t.equal(output().trim(), `Refusing to start: DATABASE_URL is required in production (NODE_ENV=${NODE_ENV}).`, NODE_ENV)
-  }
+t.test('a configuration it cannot start with → exit 1 and one line on stderr saying why', async (t) => {
+  // Every such case, in-process: test/config.test.ts (loadStartupConfig). This is the wiring.
+  const { child, output } = startServer({ ...production, JWT_AUDIENCE: '', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable })
+  t.equal(await exitOf(child), 1)
+  t.equal(output(), 'Refusing to start: JWT_AUDIENCE is required in production (NODE_ENV=production).\n')
 })
 
 t.test('production with a database that refuses connections → exit 1 with one JSON line saying so', async (t) => {
@@ -77,25 +54,6 @@ async function listeningAddress (child: ChildProcess, output: () => string): Pro
     await new Promise((resolve) => setTimeout(resolve, 100))
   }
 }
-
-t.test('production JWKS over plain http: on a loopback host it starts; elsewhere only with JWKS_ALLOW_HTTP=true, warning', async (t) => {
-  const databaseUrl = await createTestDatabase(t)
-  const cases: Array<[string, Record<string, string>, boolean]> = [
-    ['loopback', { JWKS_URL: 'http://127.0.0.1:9/jwks.json' }, false],
-    ['localhost', { JWKS_URL: 'http://localhost:9/jwks.json' }, false],
-    ['another host, allowed', { JWKS_URL: 'http://idp.invalid/jwks.json', JWKS_ALLOW_HTTP: 'true' }, true]
-  ]
-  for (const [label, env, warns] of cases) {
-    const { child, output } = startServer({ ...production, DATABASE_URL: databaseUrl, ...env })
-    t.teardown(() => { child.kill('SIGKILL') })
-    t.ok(await listeningAddress(child, output), `${label}: listening`)
-    const warning = output().split('\n').filter(Boolean).map((line) => JSON.parse(line)).find((line) => /JWKS_URL is plain http/.test(line.msg))
-    if (warns) t.match(warning, { level: 40, url: env.JWKS_URL }, `${label}: one warning line at start`)
-    else t.notOk(warning, `${label}: no warning`)
-    child.kill('SIGTERM')
-    t.equal(await exitOf(child), 0, label)
-  }
-})
 
 t.test('with DATABASE_URL and a key: migrates, serves, logs JSON, and exits 0 on SIGTERM', async (t) => {
   const databaseUrl = await createTestDatabase(t)

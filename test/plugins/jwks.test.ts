@@ -7,8 +7,8 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createSigner } from 'fast-jwt'
 import t from 'tap'
 import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build } from '../helper.js'
-import { craftedToken, inOneMinute } from '../tokens.js'
+import { build, captureLogs } from '../helper.js'
+import { craftedToken, inOneMinute, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER } from '../tokens.js'
 
 interface SigningKey { kid: string, alg: 'RS256' | 'ES256', privateKey: KeyObject, publicKey: KeyObject }
 
@@ -149,4 +149,23 @@ t.test('kid injection and an embedded jwk header: nothing but the published set 
   }
   const embedded = tokenFrom(stranger, stranger.kid, { jwk: JSON.stringify(jwk(stranger)) })
   t.equal((await get(embedded)).status, 401, 'a key carried in the token is not trusted')
+})
+
+t.test('production JWKS over plain http: on a loopback host it starts quietly; elsewhere only with JWKS_ALLOW_HTTP=true, warning', async (t) => {
+  // Refused without JWKS_ALLOW_HTTP: test/config.test.ts. Nothing is fetched at start.
+  const production = { NODE_ENV: 'production', JWT_SECRET: '', JWT_ISSUER: PRODUCTION_ISSUER, JWT_AUDIENCE: PRODUCTION_AUDIENCE, LOG_LEVEL: 'warn' }
+  const cases: Array<[string, Record<string, string>, boolean]> = [
+    ['loopback', { JWKS_URL: 'http://127.0.0.1:9/jwks.json' }, false],
+    ['localhost', { JWKS_URL: 'http://localhost:9/jwks.json' }, false],
+    ['another host, allowed', { JWKS_URL: 'http://idp.invalid/jwks.json', JWKS_ALLOW_HTTP: 'true' }, true]
+  ]
+  for (const [label, env, warns] of cases) {
+    const logs = captureLogs()
+    const harness = await build(t, { ...production, ...env }, { logs: logs.stream })
+    t.equal((await harness.request('/readyz')).status, 200, `${label}: started`)
+    const warning = logs.lines.find((line) => /JWKS_URL is plain http/.test(String(line.msg)))
+    if (warns) t.match(warning, { level: 40, url: env.JWKS_URL }, `${label}: one warning line at start`)
+    else t.notOk(warning, `${label}: no warning`)
+    await harness.app.close()
+  }
 })
