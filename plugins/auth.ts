@@ -86,7 +86,7 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
       ? key.secret
       : key.kind === 'public-key'
         ? { public: key.publicKey }
-        : fromKeySet(keySetResolver(key.url, { cacheMaxAgeMs: key.cacheMaxAgeMs })),
+        : fromKeySet(keySetResolver(key.url, key)),
     // A key function sees the token's header only when the token is decoded whole.
     decode: { complete: true },
     verify: {

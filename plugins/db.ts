@@ -59,7 +59,7 @@ export default fp(async function db (fastify) {
 
   // Migrations get a connection of their own, without the query timeout: a migration may be slow.
   const migrationPool = new DatabasePool({
-    connectionString: MIGRATIONS_DATABASE_URL ?? DATABASE_URL, max: 1, connectionWaitMs: 5_000, queryTimeoutMs: 0
+    connectionString: MIGRATIONS_DATABASE_URL ?? DATABASE_URL, max: 1, connectionWaitMs: config.MIGRATIONS_CONNECTION_WAIT_MS, queryTimeoutMs: 0
   })
   try {
     const applied = await migrateDatabase(migrationPool, migrationsDir)

@@ -32,6 +32,8 @@ const schema = {
     // Where migrations run, when DATABASE_URL goes through PgBouncer in transaction mode: the
     // migration lock is a session lock, so it needs a direct connection. Defaults to DATABASE_URL.
     MIGRATIONS_DATABASE_URL: { type: 'string', pattern: '^postgres(ql)?://' },
+    // How long the start waits for the migrations' connection before it gives up (exit 1).
+    MIGRATIONS_CONNECTION_WAIT_MS: { type: 'integer', minimum: 1, maximum: 600000, default: 5000 },
     // RFC 7518 §3.2: an HS256 key must be at least as long as the hash (256 bits).
     JWT_SECRET: { type: 'string', minLength: 32 },
     JWT_PUBLIC_KEY: { type: 'string', minLength: 1 },
@@ -42,6 +44,11 @@ const schema = {
     JWKS_ALLOW_HTTP: { type: 'boolean', default: false },
     // How long fetched keys are trusted before the key set is fetched again.
     JWKS_CACHE_MAX_AGE_MS: { type: 'integer', minimum: 1000, default: 600000 },
+    // A token whose kid the cached set lacks refetches the set at most once per cooldown (a key
+    // published since is accepted within it; made-up kids cannot hammer the provider).
+    JWKS_COOLDOWN_MS: { type: 'integer', minimum: 100, maximum: 600000, default: 5000 },
+    // How long one fetch of the key set may take before it counts as failed.
+    JWKS_FETCH_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 5000 },
     // The iss and aud tokens must carry (RFC 9068 §4, RFC 8725 §3.9); both required in production.
     // JWT_AUDIENCE may list several values, comma-separated: a token matches if its aud holds any.
     JWT_ISSUER: { type: 'string', minLength: 1 },
@@ -81,11 +88,14 @@ export interface Config {
   READINESS_TIMEOUT_MS: number
   DATABASE_PREPARED_STATEMENTS: boolean
   MIGRATIONS_DATABASE_URL?: string
+  MIGRATIONS_CONNECTION_WAIT_MS: number
   JWT_SECRET?: string
   JWT_PUBLIC_KEY?: string
   JWKS_URL?: string
   JWKS_ALLOW_HTTP: boolean
   JWKS_CACHE_MAX_AGE_MS: number
+  JWKS_COOLDOWN_MS: number
+  JWKS_FETCH_TIMEOUT_MS: number
   JWT_ISSUER?: string
   JWT_AUDIENCE?: string
   JWT_TYPE?: string
@@ -106,7 +116,7 @@ export interface Config {
 export type JwtKey =
   | { kind: 'secret', algorithms: ['HS256'], secret: string }
   | { kind: 'public-key', algorithms: ['RS256'] | ['ES256'], publicKey: string }
-  | { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: string, cacheMaxAgeMs: number }
+  | { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: string, cacheMaxAgeMs: number, cooldownMs: number, fetchTimeoutMs: number }
 
 /**
  * Production rules (no generated secret, no embedded database, issuer and audience required, JWKS
@@ -193,7 +203,14 @@ export function jwtKeyOf (config: Config): JwtKey | undefined {
       throw new Error('Invalid configuration: JWKS_URL must be https:// in production, or http:// on a loopback host ' +
         '(set JWKS_ALLOW_HTTP=true to allow plain http to another host)')
     }
-    return { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: config.JWKS_URL, cacheMaxAgeMs: config.JWKS_CACHE_MAX_AGE_MS }
+    return {
+      kind: 'jwks',
+      algorithms: ['RS256', 'ES256'],
+      url: config.JWKS_URL,
+      cacheMaxAgeMs: config.JWKS_CACHE_MAX_AGE_MS,
+      cooldownMs: config.JWKS_COOLDOWN_MS,
+      fetchTimeoutMs: config.JWKS_FETCH_TIMEOUT_MS
+    }
   }
   if (!config.JWT_PUBLIC_KEY) return undefined
   // Container platforms often flatten a PEM's newlines to "\n".

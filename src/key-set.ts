@@ -8,29 +8,31 @@ import { createLocalJWKSet, createRemoteJWKSet, type JSONWebKeySet, type JWSHead
 export interface KeySetOptions {
   /** How long fetched keys are trusted before the set is fetched again. */
   cacheMaxAgeMs: number
+  /**
+   * A kid the cache does not know triggers a refetch at most once per cooldown, so a newly published
+   * key is accepted within it and made-up kids cannot hammer the provider; failed fetches likewise.
+   */
+  cooldownMs: number
+  fetchTimeoutMs: number
 }
 
 /** The provider could not be reached and no key set was ever fetched: not the token's fault. */
 export class KeySetUnavailable extends Error {}
 
-// A kid the cache does not know triggers a refetch at most once per cooldown, so a newly
-// published key is accepted within seconds and made-up kids cannot hammer the provider.
-const COOLDOWN_MS = 5_000
-const FETCH_TIMEOUT_MS = 5_000
 // jose's errors that are about the token (no or several keys for its kid, an unusable alg).
 const tokenFaults = new Set(['ERR_JWKS_NO_MATCHING_KEY', 'ERR_JWKS_MULTIPLE_MATCHING_KEYS', 'ERR_JOSE_NOT_SUPPORTED', 'ERR_JOSE_ALG_NOT_ALLOWED'])
 
 /** Resolves a token header's kid and alg to the PEM of the provider's matching public key. */
-export function keySetResolver (url: string, { cacheMaxAgeMs }: KeySetOptions) {
+export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchTimeoutMs }: KeySetOptions) {
   const remote = createRemoteJWKSet(new URL(url), {
-    cacheMaxAge: cacheMaxAgeMs, cooldownDuration: COOLDOWN_MS, timeoutDuration: FETCH_TIMEOUT_MS
+    cacheMaxAge: cacheMaxAgeMs, cooldownDuration: cooldownMs, timeoutDuration: fetchTimeoutMs
   })
   let failedAt = -Infinity
   let fallback: { from: JSONWebKeySet, select: ReturnType<typeof createLocalJWKSet> } | undefined
   const pems = new WeakMap<object, string>()
 
   async function select (header: JWSHeaderParameters) {
-    if (Date.now() - failedAt >= COOLDOWN_MS) {
+    if (Date.now() - failedAt >= cooldownMs) {
       try {
         return await remote(header)
       } catch (error) {

@@ -78,3 +78,17 @@ t.test('any NODE_ENV but unset, development or test gets production rules: no em
     t.throws(() => loadStartupConfig({ NODE_ENV }), { message: `Refusing to start: DATABASE_URL is required in production (NODE_ENV=${NODE_ENV}).` }, NODE_ENV)
   }
 })
+
+t.test('the bounds tests shorten are configuration, with the defaults production runs with', async (t) => {
+  t.match(loadConfig({}), {
+    DATABASE_CONNECTION_WAIT_MS: 1000,
+    DATABASE_STATEMENT_TIMEOUT_MS: 5000,
+    DATABASE_QUERY_TIMEOUT_MS: 10000,
+    MIGRATIONS_CONNECTION_WAIT_MS: 5000,
+    READINESS_TIMEOUT_MS: 1000,
+    JWKS_COOLDOWN_MS: 5000,
+    JWKS_FETCH_TIMEOUT_MS: 5000
+  })
+  t.match(jwtKeyOf(loadConfig({ JWKS_URL: 'https://idp.example/jwks', JWKS_COOLDOWN_MS: '250', JWKS_FETCH_TIMEOUT_MS: '750' })), { cooldownMs: 250, fetchTimeoutMs: 750 })
+  t.throws(() => loadConfig({ JWKS_COOLDOWN_MS: '0' }), /JWKS_COOLDOWN_MS must be >= 100/)
+})
