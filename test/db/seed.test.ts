@@ -1,5 +1,6 @@
 // The database commands as an operator runs them (npm run db:seed -- FILE.json, npm run db:migrate):
-// the real scripts in a child process, against a database of their own.
+// the real scripts in a child process, against a database of their own; the many ways a seed file
+// is refused run the same command in-process (scripts/seed-command.ts).
 import { execFile } from 'node:child_process'
 import { join } from 'node:path'
 import pg from 'pg'
@@ -7,6 +8,7 @@ import t from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase, type SeedData } from '../../db/seed.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
+import { seedCommand } from '../../scripts/seed-command.js'
 import { createTestDatabase } from '../helper.js'
 
 const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
@@ -27,7 +29,17 @@ function cli (script: string, args: string[], databaseUrl: string): Promise<Run>
   })
 }
 
-const seed = (file: string, databaseUrl: string) => cli('db-seed.ts', [file], databaseUrl)
+/** db:seed in-process: the same exit code and output as the script, without starting a process. */
+async function seed (file: string, databaseUrl: string): Promise<Run> {
+  const stdout: string[] = []
+  const stderr: string[] = []
+  const code = await seedCommand([file], {
+    out: (line) => stdout.push(`${line}\n`),
+    err: (line) => stderr.push(`${line}\n`),
+    withDatabase: (work) => work(databaseUrl)
+  })
+  return { code, stdout: stdout.join(''), stderr: stderr.join('') }
+}
 
 const tables = ['resources', 'clients', 'permissions', 'authorizations', 'grants'] as const
 type Counts = Record<typeof tables[number], number>
@@ -71,7 +83,7 @@ t.test('db:seed on an empty database applies the migrations, then loads the file
   const file = join(dir, 'seed.json')
   t.equal(await counts(url), null, 'no schema before')
 
-  const run = await seed(file, url)
+  const run = await cli('db-seed.ts', [file], url)
   t.equal(run.code, 0, run.stderr)
   t.equal(run.stdout.trim(), `Loaded ${file}: 2 resources, 2 clients, 3 permissions, 3 authorizations, 3 grants.`)
   t.same(await counts(url), validCounts)
