@@ -22,12 +22,16 @@ export function testDatabaseUrl (): string {
   return url
 }
 
-/** A new, empty database on the test server, and the function that drops it. */
-async function newDatabase (): Promise<{ url: string, drop: () => Promise<void> }> {
+/**
+ * A new database on the test server, and the function that drops it: empty, or a copy of the run's
+ * migrated template (TEST_TEMPLATE_DATABASE, made by `npm test`), which the app then finds up to date.
+ */
+async function newDatabase ({ migrated = false } = {}): Promise<{ url: string, drop: () => Promise<void> }> {
   const name = `test_${randomBytes(6).toString('hex')}`
+  const template = migrated ? process.env.TEST_TEMPLATE_DATABASE : undefined
   const admin = new pg.Client({ connectionString: testDatabaseUrl() })
   await admin.connect()
-  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`)
   await admin.end()
   const url = new URL(testDatabaseUrl())
   url.pathname = `/${name}`
@@ -100,7 +104,7 @@ export interface BuildOptions {
 }
 
 export async function build (t: Test, env: Record<string, string> = {}, { logs, extend }: BuildOptions = {}): Promise<Harness> {
-  const { url: databaseUrl, drop } = await newDatabase()
+  const { url: databaseUrl, drop } = await newDatabase({ migrated: true })
   const config = loadConfig({ DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, LOG_LEVEL: 'silent', ...env })
   const options = serverOptions(config)
   if (logs) options.logger = { ...options.logger as object, stream: logs }
