@@ -1,16 +1,19 @@
 // `npm run -s token` as people use it: TOKEN=$(npm run -s token) must capture a token and nothing else.
+// The first case runs the real script in a process; the others run its command in-process.
 import { execFile } from 'node:child_process'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { createVerifier } from 'fast-jwt'
 import t from 'tap'
+import { capturedOutput } from '../scripts/command.js'
+import { tokenCommand } from '../scripts/token-command.js'
 import { projectRoot } from '../src/project-root.js'
 import { TEST_SECRET } from './tokens.js'
 
 const run = promisify(execFile)
 const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
 
-async function token (args: string[], env: Record<string, string> = {}) {
+async function tokenProcess (args: string[], env: Record<string, string> = {}) {
   try {
     const { stdout, stderr } = await run(tsx, [join(projectRoot, 'scripts', 'token.ts'), ...args], {
       env: { PATH: process.env.PATH, JWT_SECRET: TEST_SECRET, ...env }
@@ -22,8 +25,14 @@ async function token (args: string[], env: Record<string, string> = {}) {
   }
 }
 
+async function token (args: string[], env: Record<string, string> = {}) {
+  const output = capturedOutput()
+  const code = await tokenCommand(args, { JWT_SECRET: TEST_SECRET, ...env }, output)
+  return { code, stdout: output.stdout(), stderr: output.stderr() }
+}
+
 t.test('prints only a token: one line, verifiable, with the scope and lifetime asked for', async (t) => {
-  const { code, stdout, stderr } = await token(['--scope', 'read:resource', '--expires-in', '120'], { JWT_ISSUER: 'https://idp/', JWT_AUDIENCE: 'api, other' })
+  const { code, stdout, stderr } = await tokenProcess(['--scope', 'read:resource', '--expires-in', '120'], { JWT_ISSUER: 'https://idp/', JWT_AUDIENCE: 'api, other' })
   t.equal(code, 0)
   t.equal(stderr, '')
   t.match(stdout, /^[\w-]+\.[\w-]+\.[\w-]+\n$/)

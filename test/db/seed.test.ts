@@ -8,6 +8,7 @@ import t from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase, type SeedData } from '../../db/seed.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
+import { capturedOutput } from '../../scripts/command.js'
 import { seedCommand } from '../../scripts/seed-command.js'
 import { createTestDatabase } from '../helper.js'
 
@@ -31,14 +32,9 @@ function cli (script: string, args: string[], databaseUrl: string): Promise<Run>
 
 /** db:seed in-process: the same exit code and output as the script, without starting a process. */
 async function seed (file: string, databaseUrl: string): Promise<Run> {
-  const stdout: string[] = []
-  const stderr: string[] = []
-  const code = await seedCommand([file], {
-    out: (line) => stdout.push(`${line}\n`),
-    err: (line) => stderr.push(`${line}\n`),
-    withDatabase: (work) => work(databaseUrl)
-  })
-  return { code, stdout: stdout.join(''), stderr: stderr.join('') }
+  const output = capturedOutput()
+  const code = await seedCommand([file], { ...output, withDatabase: (work) => work(databaseUrl) })
+  return { code, stdout: output.stdout(), stderr: output.stderr() }
 }
 
 const tables = ['resources', 'clients', 'permissions', 'authorizations', 'grants'] as const
