@@ -4,13 +4,12 @@
 // exactly when the spec allows the input. 10,000 requests in all; FUZZ_SEED replays a run.
 import fc from 'fast-check'
 import t from 'tap'
-import { ordersFixture, ordersPath } from './fixtures.js'
+import { fastCheckSeed, ordersFixture, ordersPath } from './fixtures.js'
 import { build } from './helper.js'
 import { deleteToken, readToken, token } from './tokens.js'
 
-const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31)
+const seed = fastCheckSeed(t)
 const RUNS = 2_800
-t.comment(`fast-check seed ${seed} (replay with FUZZ_SEED=${seed})`)
 fc.configureGlobal({ seed, numRuns: RUNS, endOnFailure: true })
 
 const harness = await build(t)

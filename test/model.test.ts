@@ -5,12 +5,11 @@
 // exactly the model's grants, within its invariants, and exactly the model's change history.
 import fc from 'fast-check'
 import t from 'tap'
-import { compareListed as compare, ordersFixture, ordersPath, type ListedPermission as Permission, type SortKey } from './fixtures.js'
+import { compareListed as compare, fastCheckSeed, ordersFixture, ordersPath, type ListedPermission as Permission, type SortKey } from './fixtures.js'
 import { build } from './helper.js'
 import { readToken, token } from './tokens.js'
 
-const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31)
-t.comment(`fast-check seed ${seed} (replay with FUZZ_SEED=${seed})`)
+const seed = fastCheckSeed(t)
 
 interface Change { client_id: string, action: 'granted' | 'unauthorized', permission_ids: string[] }
 interface Model {
