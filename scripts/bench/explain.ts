@@ -4,6 +4,7 @@ import type pg from 'pg'
 
 // EXECUTE takes no bound parameters: the values are written out as literals.
 function literal (value: unknown): string {
+  if (value === null) return 'NULL'
   if (Array.isArray(value)) return `ARRAY[${value.map(literal).join(', ')}]`
   return typeof value === 'number' ? String(value) : `'${String(value).replaceAll("'", "''")}'`
 }
