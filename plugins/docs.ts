@@ -1,19 +1,19 @@
-// Serves the contract itself, openapi/openapi.yaml, at GET /openapi.json, and Swagger UI at /docs
-// (no token needed to read; "Authorize" takes a pasted Bearer token); GET / redirects there.
+// Serves the contract itself (openapi/openapi.yaml, as the JSON `npm run generate` writes) at
+// GET /openapi.json, and Swagger UI at /docs (no token needed to read; "Authorize" takes a pasted
+// Bearer token); GET / redirects there.
 // https://github.com/fastify/fastify-swagger, https://github.com/fastify/fastify-swagger-ui
 import { readFile } from 'node:fs/promises'
 import fastifySwagger from '@fastify/swagger'
 import fastifySwaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { parse } from 'yaml'
-import { specPath } from '../src/project-root.js'
+import { specJsonPath } from '../src/project-root.js'
 
 // Encapsulated: the routes of this context, and only they, are declared public (the auth hook denies
 // every other route without a token), whatever swagger-ui registers now or in a later version.
 async function publicDocs (fastify: FastifyInstance) {
   fastify.addHook('onRoute', (route) => { route.config = { ...route.config, public: true } })
-  const document = parse(await readFile(specPath, 'utf8'))
+  const document = JSON.parse(await readFile(specJsonPath, 'utf8'))
   await fastify.register(fastifySwagger, { mode: 'static', specification: { document } })
   await fastify.register(fastifySwaggerUi, {
     routePrefix: '/docs',

@@ -1,28 +1,29 @@
-// Writes src/generated/ from openapi/openapi.yaml: TypeScript types (openapi-typescript) and, per
-// operation, what Fastify needs (scripts/generate/operations.ts). `--check` writes nothing and exits 1
-// when the committed files differ from the spec.
+// Writes from openapi/openapi.yaml: src/generated/ (TypeScript types by openapi-typescript and, per
+// operation, what Fastify needs: scripts/generate/operations.ts) and openapi/openapi.json, the
+// document the service serves (so it needs no YAML parser at run time). `--check` writes nothing
+// and exits 1 when the committed files differ from the spec.
 import { readFile, writeFile } from 'node:fs/promises'
 import { join, relative } from 'node:path'
 import openapiTS, { astToString } from 'openapi-typescript'
-import { parse } from 'yaml'
-import { projectRoot, specPath } from '../src/project-root.js'
-import { buildOperations, type JsonObject } from './generate/operations.js'
+import { projectRoot, specJsonPath } from '../src/project-root.js'
+import { buildOperations } from './generate/operations.js'
+import { dereferencedSpec, specAsWritten } from './spec.js'
 
 const generatedDir = join(projectRoot, 'src', 'generated')
 const banner = (what: string) =>
   `// DO NOT EDIT. ${what}, generated from openapi/openapi.yaml by \`npm run generate\`.\n`
 
 async function render (): Promise<Map<string, string>> {
-  const source = await readFile(specPath, 'utf8')
-  const spec = parse(source) as JsonObject
+  const spec = await specAsWritten()
   const types = astToString(await openapiTS(spec as never, { alphabetize: true }))
-  const operations = buildOperations(spec)
+  const operations = buildOperations(await dereferencedSpec())
   const operationsModule = banner('Per-operation JSON schemas and route config (scopes, or public)') +
     `export const operations = ${JSON.stringify(operations, null, 2)} as const\n\n` +
     'export type OperationId = keyof typeof operations\n'
   return new Map([
     [join(generatedDir, 'openapi.ts'), banner('TypeScript types of the API') + types],
-    [join(generatedDir, 'operations.ts'), operationsModule]
+    [join(generatedDir, 'operations.ts'), operationsModule],
+    [specJsonPath, `${JSON.stringify(spec, null, 2)}\n`]
   ])
 }
 

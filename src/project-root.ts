@@ -16,4 +16,6 @@ function findProjectRoot (from: string): string {
 
 export const projectRoot = findProjectRoot(dirname(fileURLToPath(import.meta.url)))
 export const specPath = join(projectRoot, 'openapi', 'openapi.yaml')
+/** The same document as JSON, written by `npm run generate`: what the service serves. */
+export const specJsonPath = join(projectRoot, 'openapi', 'openapi.json')
 export const migrationsDir = join(projectRoot, 'db', 'migrations')

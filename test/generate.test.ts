@@ -1,9 +1,7 @@
 // scripts/generate's reading of `security`: a route is public only when the spec says so.
-import { readFile } from 'node:fs/promises'
 import t from 'tap'
-import { parse } from 'yaml'
 import { buildOperations, type Json, type JsonObject } from '../scripts/generate/operations.js'
-import { specPath } from '../src/project-root.js'
+import { dereferencedSpec } from '../scripts/spec.js'
 import { operations } from '../src/generated/operations.js'
 
 const answer = { responses: { 200: { description: 'ok' } } }
@@ -34,10 +32,15 @@ t.test('alternatives, several schemes or an optional ({}) requirement are refuse
 })
 
 t.test('the committed spec: probes public, the two operations scoped as declared', async (t) => {
-  const built = buildOperations(parse(await readFile(specPath, 'utf8')))
+  const built = buildOperations(await dereferencedSpec())
   t.same(built, JSON.parse(JSON.stringify(operations)), 'src/generated matches the spec')
   t.same(operations.listClientPermissions.config, { scopes: ['read:resource'] })
   t.same(operations.unauthorizeClientPermissions.config, { scopes: ['delete:resource'] })
   t.same(operations.getLiveness.config, { public: true })
   t.same(operations.getReadiness.config, { public: true })
+})
+
+t.test('a reference left unresolved is an error, not a schema Fastify would misread', async (t) => {
+  const document = documentWith({ security: [], parameters: [{ $ref: '#/components/parameters/Limit' }] })
+  t.throws(() => buildOperations(document), /unresolved reference: #\/components\/parameters\/Limit/)
 })

@@ -4,18 +4,16 @@
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
-import { parse } from 'yaml'
 import type { SeedData } from '../db/seed.js'
-import { projectRoot, specPath } from '../src/project-root.js'
+import { dereferencedSpec } from '../scripts/spec.js'
+import { projectRoot } from '../src/project-root.js'
 import { pointerEscape, schemaErrors } from './contract.js'
 
 type Node = Record<string, unknown>
-const spec = parse(await readFile(specPath, 'utf8')) as Node
+// Every $ref resolved: an example is checked against the schema at its own place in the document.
+const spec = await dereferencedSpec() as Node
 const demo = JSON.parse(await readFile(join(projectRoot, 'db', 'demo-data.json'), 'utf8')) as Required<SeedData>
 const isNode = (value: unknown): value is Node => typeof value === 'object' && value !== null && !Array.isArray(value)
-const resolve = (node: Node): Node => typeof node.$ref === 'string'
-  ? resolve(node.$ref.slice(2).split('/').reduce<Node>((at, key) => at[key.replaceAll('~1', '/').replaceAll('~0', '~')] as Node, spec))
-  : node
 
 /** Every example in the spec with the pointer of the schema it must satisfy. */
 function examplesIn (node: unknown, pointer: string, found: Array<{ at: string, schema: string, value: unknown }> = []) {
@@ -52,7 +50,7 @@ t.test('every error response has examples, each with its own type and title and 
       for (const [code, declared] of Object.entries(operation.responses)) {
         if (Number(code) < 400) continue
         const label = `${method.toUpperCase()} ${path} ${code}`
-        const media = (resolve(declared as Node).content as Node)['application/problem+json'] as Node
+        const media = ((declared as Node).content as Node)['application/problem+json'] as Node
         const values = isNode(media.examples) ? Object.values(media.examples).map((example) => (example as Node).value as Node) : []
         t.ok(values.length > 0, `${label}: has examples`)
         for (const value of values) t.equal(value.status, Number(code), `${label}: ${value.type}`)
@@ -70,8 +68,8 @@ t.test('the ids Swagger UI pre-fills are in the demo data, and the DELETE exampl
   t.ok(authorization, `${clientId} is authorized on ${resourceId} in the demo data`)
   const operation = (spec.paths as Node)['/resources/{resource_id}/authorized_clients/{client_id}/permissions'] as Node
   // DELETE and POST share the body and its example: it removes two grants, and POST gives them back.
-  const body = resolve((operation.delete as Node).requestBody as Node).content as Node
-  t.same(resolve((operation.post as Node).requestBody as Node), resolve((operation.delete as Node).requestBody as Node))
+  const body = ((operation.delete as Node).requestBody as Node).content as Node
+  t.same((operation.post as Node).requestBody as Node, (operation.delete as Node).requestBody as Node)
   for (const example of Object.values((body['application/json'] as Node).examples as Node)) {
     const ids = (example as Node).value as string[]
     t.ok(ids.every((id) => authorization?.permission_ids?.includes(id)), `${ids.join(', ')} are granted`)

@@ -1,6 +1,6 @@
 // What Fastify needs of each operation of the spec: its method and URL, the JSON schemas it
 // validates and serializes with, the route config the auth hook enforces (scopes, or public), and
-// the statuses it may answer. Pure, so a test can feed it any document.
+// the statuses it may answer. Pure, so a test can feed it any (dereferenced) document.
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
 export type JsonObject = { [key: string]: Json }
 
@@ -10,26 +10,16 @@ function isObject (value: unknown): value is JsonObject {
   return typeof value === 'object' && value !== null && !Array.isArray(value)
 }
 
-// Inlines local `#/...` references so every schema handed to Fastify stands alone, and drops
-// OpenAPI-only keywords that JSON Schema validators do not know.
-function dereference (value: Json, spec: JsonObject, seen: string[] = []): Json {
-  if (Array.isArray(value)) return value.map((item) => dereference(item, spec, seen))
+// Drops OpenAPI-only keywords that JSON Schema validators do not know, so every schema handed to
+// Fastify is plain JSON Schema. The document comes dereferenced (scripts/spec.ts).
+function withoutExamples (value: Json): Json {
+  if (Array.isArray(value)) return value.map(withoutExamples)
   if (!isObject(value)) return value
-  const ref = value.$ref
-  if (typeof ref === 'string') {
-    if (!ref.startsWith('#/')) throw new Error(`only local references are supported: ${ref}`)
-    if (seen.includes(ref)) throw new Error(`recursive reference: ${[...seen, ref].join(' -> ')}`)
-    const target = ref.slice(2).split('/').reduce<Json>((node, key) => {
-      const next = isObject(node) ? node[key.replaceAll('~1', '/').replaceAll('~0', '~')] : undefined
-      if (next === undefined) throw new Error(`unresolved reference: ${ref}`)
-      return next
-    }, spec)
-    return dereference(target, spec, [...seen, ref])
-  }
   const result: JsonObject = {}
   for (const [key, child] of Object.entries(value)) {
     if (key === 'example') continue
-    result[key] = dereference(child, spec, seen)
+    if (key === '$ref') throw new Error(`unresolved reference: ${String(child)} (pass a dereferenced document)`)
+    result[key] = withoutExamples(child)
   }
   return result
 }
@@ -66,7 +56,7 @@ function accessOf (operationId: string, security: Json | undefined, spec: JsonOb
 export function buildOperations (spec: JsonObject): JsonObject {
   const operations: JsonObject = {}
   for (const [path, rawPathItem] of Object.entries(spec.paths as JsonObject)) {
-    const pathItem = dereference(rawPathItem, spec) as JsonObject
+    const pathItem = withoutExamples(rawPathItem) as JsonObject
     for (const method of METHODS) {
       const operation = pathItem[method]
       if (!isObject(operation)) continue

@@ -1,0 +1,20 @@
+// The contract as data, for the generator and the tests: openapi/openapi.yaml as written, and the
+// same document with every $ref resolved by @redocly/openapi-core's bundler (the library behind
+// `npm run lint:spec`), so nothing here follows references by hand.
+import { readFile } from 'node:fs/promises'
+import { bundle, createConfig } from '@redocly/openapi-core'
+import { parse } from 'yaml'
+import { specPath } from '../src/project-root.js'
+import type { JsonObject } from './generate/operations.js'
+
+/** openapi/openapi.yaml parsed, references left as they are. */
+export async function specAsWritten (): Promise<JsonObject> {
+  return parse(await readFile(specPath, 'utf8')) as JsonObject
+}
+
+/** openapi/openapi.yaml with every $ref replaced by what it points at. */
+export async function dereferencedSpec (): Promise<JsonObject> {
+  const { bundle: document, problems } = await bundle({ ref: specPath, config: await createConfig({}), dereference: true })
+  if (problems.length > 0) throw new Error(`openapi/openapi.yaml: ${problems.map((problem) => problem.message).join('; ')}`)
+  return document.parsed as JsonObject
+}
