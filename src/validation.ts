@@ -1,15 +1,17 @@
 // Request validation with Ajv, split by where the data comes from: text from the URL is coerced to
-// the schema's types, JSON bodies never are (Fastify's single default Ajv coerces both).
+// the schema's types, JSON bodies never are (Fastify's single default Ajv coerces both). Both speak
+// JSON Schema 2020-12, the dialect of OpenAPI 3.1, as the tests' contract checks do.
 import type { FastifySchemaCompiler } from 'fastify'
-import { Ajv, type ErrorObject, type Options as AjvOptions } from 'ajv'
+import type { ErrorObject, Options as AjvOptions } from 'ajv'
+import { Ajv2020 } from 'ajv/dist/2020.js'
 
 // verbose: a failed pattern's error carries its schema, whose x-pattern-hint says in words what the
 // pattern wants (src/problems.ts puts it in the 400's message).
 const commonAjvOptions: AjvOptions = { allErrors: false, useDefaults: true, strict: true, verbose: true }
 // Bodies are JSON and must already have their types: [1, 2] is not a list of ids.
-const bodyAjv = new Ajv({ ...commonAjvOptions, coerceTypes: false })
+const bodyAjv = new Ajv2020({ ...commonAjvOptions, coerceTypes: false })
 // Query strings and paths are text: integers are coerced, but only from plain decimal digits.
-const textAjv = new Ajv({ ...commonAjvOptions, coerceTypes: true })
+const textAjv = new Ajv2020({ ...commonAjvOptions, coerceTypes: true })
 // The spec's annotation for a pattern (an OpenAPI extension): known to Ajv, checks nothing.
 for (const ajv of [bodyAjv, textAjv]) ajv.addKeyword({ keyword: 'x-pattern-hint', schemaType: 'string' })
 const decimalInteger = /^-?\d+$/
