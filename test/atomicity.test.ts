@@ -63,6 +63,14 @@ t.test('a DELETE stuck past its statement timeout → 503 overloaded, and nothin
   t.match(res.body, { type: '/problems/overloaded' })
   t.ok(Date.now() - started < 8_000, `answered in ${Date.now() - started} ms`)
   await locker.query('ROLLBACK')
-  await sleep(200)
+  // Wait for the event itself: no transaction of the app still holds the DELETE, so any commit it
+  // could make has happened.
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const { rows } = await harness.db.query(`
+      SELECT 1 FROM pg_stat_activity
+      WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE '%DELETE FROM grants%' AND state <> 'idle'`)
+    if (rows.length === 0) break
+    await sleep(20)
+  }
   t.equal(await count(), before, 'the timed-out DELETE was rolled back, not committed once the lock went')
 })

@@ -162,7 +162,8 @@ t.test('a rolling restart under steady load: each replica stopped and started ag
   const failures: string[] = []
   const answered = { GET: 0, DELETE: 0 }
   const load = { running: true }
-  // Four clients: lists, and DELETEs of ids that stay removed (a repeated DELETE answers 204).
+  // Four clients: lists, and DELETEs of ids that stay removed (a repeated DELETE answers 204),
+  // paced so the load is steady rather than all the CPU the machine has.
   const worker = async (index: number) => {
     for (let round = 0; load.running && round < 100_000; round++) {
       const method = (round + index) % 3 === 0 ? 'DELETE' : 'GET'
@@ -175,11 +176,18 @@ t.test('a rolling restart under steady load: each replica stopped and started ag
       } catch (error) {
         failures.push(`${method} → ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`)
       }
+      await sleep(25)
     }
+  }
+  const total = () => answered.GET + answered.DELETE
+  // Requests answered through the gateway since now: what "under load" means at each step.
+  const moreAnswered = (count: number) => {
+    const mark = total()
+    return until(`${count} more requests answered`, () => total() >= mark + count)
   }
   const workers = [0, 1, 2, 3].map(worker)
   for (const index of [0, 1]) {
-    await sleep(1_000)
+    await moreAnswered(40)
     const exited = once(replicas[index].child, 'exit')
     replicas[index].child.kill('SIGTERM')
     const [code] = await exited
@@ -187,7 +195,7 @@ t.test('a rolling restart under steady load: each replica stopped and started ag
     replicas[index] = startReplica(index)
     await until(`replica ${index + 1} back in rotation`, async () => (await gatewaySees(index)) === 'UP', 60_000)
   }
-  await sleep(1_000)
+  await moreAnswered(40)
   load.running = false
   await Promise.all(workers)
   t.same(failures, [], 'no failed request')

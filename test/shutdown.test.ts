@@ -23,6 +23,13 @@ t.test('draining: /readyz → 503 shutting-down while liveness and the API still
   t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
 })
 
+async function until (what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  for (const started = Date.now(); Date.now() - started < timeoutMs; await sleep(20)) {
+    if (await check()) return
+  }
+  throw new Error(`timed out waiting for ${what}`)
+}
+
 /** One GET on a new connection: its status, or the network error's code. */
 function get (port: number, path: string, token?: string): Promise<number | string> {
   return new Promise((resolve) => {
@@ -81,7 +88,8 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
     while (!gateway.stopped) results.push(await get(port, ordersPath(), token))
   }
   const workers = Array.from({ length: 16 }, worker)
-  await sleep(500)
+  // Under load: a few rounds of all sixteen answered before the signal.
+  await until('the load is running', () => results.length > 48)
   const beforeSignal = results.length
 
   // Requests still arriving when the listener closes: each sends half its body now, the rest later.
@@ -98,7 +106,8 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
   gateway.stopped = true
   await Promise.all(workers)
 
-  await sleep(700) // past SHUTDOWN_DELAY_MS: the listener is closed, the slow requests still open
+  // Past SHUTDOWN_DELAY_MS the listener closes, while the slow requests are still open.
+  await until('the listener closed', async () => (await get(port, '/healthz')) === 'ECONNREFUSED')
   t.equal(await get(port, '/healthz'), 'ECONNREFUSED', 'new connections are refused')
   t.equal(child.exitCode, null, 'still running while requests are in flight')
   for (const finish of slow) finish.sendRest()
