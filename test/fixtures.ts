@@ -67,16 +67,15 @@ export function compareListed (a: ListedPermission, b: ListedPermission, keys: S
   return 0
 }
 
-// CI runs the property-based suites with a pinned seed, so a red run is the code's doing and
-// replays exactly; elsewhere each run explores a new one. FUZZ_SEED chooses (a number, or random).
+// CI (and `npm run mutation`) run the property-based suites with a pinned seed, so a red run is the
+// code's doing and replays exactly; elsewhere each run explores a new one. FUZZ_SEED chooses: a
+// number, "pinned" or "random".
 const PINNED_SEED = 20261124
 
 /** The fast-check seed of this run, printed so any run can be replayed with FUZZ_SEED. */
 export function fastCheckSeed (t: { comment: (message: string) => void }): number {
-  const chosen = process.env.FUZZ_SEED
-  const seed = chosen && chosen !== 'random'
-    ? Number(chosen)
-    : process.env.CI && !chosen ? PINNED_SEED : Date.now() % 2 ** 31
+  const chosen = process.env.FUZZ_SEED ?? (process.env.CI ? 'pinned' : 'random')
+  const seed = chosen === 'pinned' ? PINNED_SEED : chosen === 'random' ? Date.now() % 2 ** 31 : Number(chosen)
   t.comment(`fast-check seed ${seed} (replay with FUZZ_SEED=${seed})`)
   return seed
 }
