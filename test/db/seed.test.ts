@@ -300,7 +300,8 @@ t.test('db:seed with a file that does not exist → exit 1 naming the file, noth
 
 t.test('db:seed without a file → exit 2 with the usage', async (t) => {
   const url = await createTestDatabase(t)
-  const run = await cli('db-seed.ts', [], url)
+  const output = capturedOutput()
+  const run = { code: await seedCommand([], { ...output, withDatabase: (work) => work(url) }), stdout: output.stdout(), stderr: output.stderr() }
   t.equal(run.code, 2)
   t.equal(run.stdout, '')
   t.match(run.stderr, /^Usage: npm run db:seed -- FILE\.json/)
