@@ -2,11 +2,10 @@
 // inverse of DELETE, with the same body and the same answers.
 import type { FastifyInstance } from 'fastify'
 import { grantPermissions } from '../../../db/queries/change.js'
-import { actorOf } from '../../../plugins/auth.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
+import { changeOf, changeStatementOptions } from './change.js'
 import { assertChangeApplies } from './target.js'
-import { ifMatchVersions } from './preconditions.js'
 
 type Grant = Operations['grantClientPermissions']
 const { url, schema, config } = operations.grantClientPermissions
@@ -16,15 +15,9 @@ export default async function grant (fastify: FastifyInstance) {
     Params: Grant['parameters']['path']
     Body: Grant['requestBody']['content']['application/json']
   }>(url, { schema, config }, async (request, reply) => {
-    const { resource_id: resourceId, client_id: clientId } = request.params
-    const result = await grantPermissions(fastify.db, {
-      resourceId,
-      clientId,
-      permissionIds: request.body,
-      ifMatch: ifMatchVersions(request.headers['if-match']),
-      actor: actorOf(request),
-      requestId: request.id
-    }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: fastify.config.DATABASE_STATEMENT_TIMEOUT_MS })
+    const change = changeOf(request)
+    const result = await grantPermissions(fastify.db, change, changeStatementOptions(fastify))
+    const { resourceId, clientId } = change
     assertChangeApplies(result, resourceId, clientId, 'nothing was granted')
     request.log.info({ resourceId, clientId, granted: result.changed, changeId: result.changeId }, 'permissions granted')
     return reply.code(204).send()

@@ -1,0 +1,25 @@
+// What the DELETE and the POST share: the change a request asks for, and how its statement runs.
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { ChangeInput } from '../../../db/queries/change.js'
+import type { StatementOptions } from '../../../db/queries/statement.js'
+import { actorOf } from '../../../plugins/auth.js'
+import { ifMatchVersions } from './preconditions.js'
+
+type ChangeRequest = FastifyRequest<{ Params: { resource_id: string, client_id: string }, Body: string[] }>
+
+/** The ids of the body, on the path's target, under the request's If-Match, by the token's actor. */
+export function changeOf (request: ChangeRequest): ChangeInput {
+  return {
+    resourceId: request.params.resource_id,
+    clientId: request.params.client_id,
+    permissionIds: request.body,
+    ifMatch: ifMatchVersions(request.headers['if-match']),
+    actor: actorOf(request),
+    requestId: request.id
+  }
+}
+
+/** Prepared or not, and bounded by the statement timeout in its own transaction. */
+export function changeStatementOptions ({ config }: FastifyInstance): StatementOptions {
+  return { prepared: config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: config.DATABASE_STATEMENT_TIMEOUT_MS }
+}
