@@ -87,7 +87,7 @@ function startReplica (index: number): Running {
     // Longer than the gateway's inter x fall (500 ms x 2): it stops routing here before we close.
     SHUTDOWN_DELAY_MS: '2000',
     // Other test files share the cores: lag here is theirs (shedding: test/pressure.test.ts).
-    MAX_EVENT_LOOP_DELAY_MS: '10000',
+    MAX_EVENT_LOOP_DELAY_MS: '0',
     LOG_LEVEL: 'info'
   })
 }
