@@ -5,6 +5,12 @@ export interface Output {
   err: (line: string) => void
 }
 
+/** What a database command says, and the database it works on. */
+export interface DatabaseIo extends Output {
+  /** Runs the work against the database (DATABASE_URL, or the local embedded one). */
+  withDatabase: (work: (url: string) => Promise<void>) => Promise<void>
+}
+
 export const processOutput: Output = { out: (line) => console.log(line), err: (line) => console.error(line) }
 
 /** An Output that keeps the lines, as the process would have written them. */

@@ -6,18 +6,11 @@ import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
 import { assertSeedData, SeedError, seedDatabase } from '../db/seed.js'
 import { migrationsDir } from '../src/project-root.js'
-import { type Output, processOutput } from './command.js'
+import { type DatabaseIo, processOutput } from './command.js'
 import { withDatabase } from './database.js'
 
-export interface SeedIo extends Output {
-  /** Runs the work against the database to seed (DATABASE_URL, or the local embedded one). */
-  withDatabase: (work: (url: string) => Promise<void>) => Promise<void>
-}
-
-const processIo: SeedIo = { ...processOutput, withDatabase }
-
 /** Returns the exit code: 0 loaded, 1 nothing loaded (the reason on err), 2 usage. */
-export async function seedCommand (args: string[], io: SeedIo = processIo): Promise<number> {
+export async function seedCommand (args: string[], io: DatabaseIo = { ...processOutput, withDatabase }): Promise<number> {
   const file = args[0]
   if (!file) {
     io.err('Usage: npm run db:seed -- FILE.json')
