@@ -2,7 +2,6 @@
 // same document with every $ref resolved by @redocly/openapi-core's bundler (the library behind
 // `npm run lint:spec`), so nothing here follows references by hand.
 import { readFile } from 'node:fs/promises'
-import { bundle, createConfig } from '@redocly/openapi-core'
 import { parse } from 'yaml'
 import { specPath } from '../src/project-root.js'
 import type { JsonObject } from './generate/operations.js'
@@ -14,7 +13,18 @@ export async function specAsWritten (): Promise<JsonObject> {
 
 /** openapi/openapi.yaml with every $ref replaced by what it points at. */
 export async function dereferencedSpec (): Promise<JsonObject> {
+  // Imported when needed: loading the bundler costs a test process a third of a second.
+  const { bundle, createConfig } = await import('@redocly/openapi-core')
   const { bundle: document, problems } = await bundle({ ref: specPath, config: await createConfig({}), dereference: true })
   if (problems.length > 0) throw new Error(`openapi/openapi.yaml: ${problems.map((problem) => problem.message).join('; ')}`)
   return document.parsed as JsonObject
+}
+
+/**
+ * The same, as `npm test` bundled it once for the run (TEST_DEREFERENCED_SPEC, a JSON file), so its
+ * many test processes each read JSON instead of loading the bundler; bundled here without it.
+ */
+export async function dereferencedSpecOfRun (): Promise<JsonObject> {
+  const file = process.env.TEST_DEREFERENCED_SPEC
+  return file ? JSON.parse(await readFile(file, 'utf8')) as JsonObject : dereferencedSpec()
 }

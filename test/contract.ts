@@ -3,7 +3,7 @@
 // and every error is a problem whose status repeats the HTTP status.
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import addFormats from 'ajv-formats'
-import { dereferencedSpec } from '../scripts/spec.js'
+import { dereferencedSpecOfRun } from '../scripts/spec.js'
 
 type Schema = Record<string, unknown>
 interface MediaType { schema?: Schema }
@@ -11,7 +11,7 @@ interface Response { content?: Record<string, MediaType>, headers?: Record<strin
 interface Operation { responses: Record<string, Response> }
 
 // Every $ref resolved: a declared response, header or schema is found where the operation names it.
-const spec = await dereferencedSpec()
+const spec = await dereferencedSpecOfRun()
 const ajv = new Ajv2020({ strict: false, allErrors: true })
 addFormats.default(ajv)
 ajv.addSchema(spec, 'spec')

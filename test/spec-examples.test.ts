@@ -5,13 +5,13 @@ import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
 import type { SeedData } from '../db/seed.js'
-import { dereferencedSpec } from '../scripts/spec.js'
+import { dereferencedSpecOfRun } from '../scripts/spec.js'
 import { projectRoot } from '../src/project-root.js'
 import { pointerEscape, schemaErrors } from './contract.js'
 
 type Node = Record<string, unknown>
 // Every $ref resolved: an example is checked against the schema at its own place in the document.
-const spec = await dereferencedSpec() as Node
+const spec = await dereferencedSpecOfRun() as Node
 const demo = JSON.parse(await readFile(join(projectRoot, 'db', 'demo-data.json'), 'utf8')) as Required<SeedData>
 const isNode = (value: unknown): value is Node => typeof value === 'object' && value !== null && !Array.isArray(value)
 
