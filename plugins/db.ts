@@ -5,9 +5,9 @@ import { performance } from 'node:perf_hooks'
 import fp from 'fastify-plugin'
 import { databaseErrorSummary } from '../db/errors.js'
 import { migrateDatabase } from '../db/migrate.js'
-import { migrationsDir } from '../src/project-root.js'
 import { DatabasePool } from '../db/pool.js'
 import { ping } from '../db/queries/statement.js'
+import { migrationsDir } from '../src/project-root.js'
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -15,7 +15,8 @@ import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
 import { dereferencedSpec } from './spec.js'
 
-async function onServer (serverUrl: string, sql: string): Promise<void> {
+/** Runs one statement (CREATE or DROP DATABASE) on its own connection to the server. */
+export async function onServer (serverUrl: string, sql: string): Promise<void> {
   const client = new pg.Client({ connectionString: serverUrl })
   await client.connect()
   try {
@@ -25,13 +26,18 @@ async function onServer (serverUrl: string, sql: string): Promise<void> {
   }
 }
 
+/** The URL of database `name` on the server at `serverUrl`. */
+export function databaseUrlOf (serverUrl: string, name: string): string {
+  const url = new URL(serverUrl)
+  url.pathname = `/${name}`
+  return url.toString()
+}
+
 /** A database on the server with every migration applied, and no connection left open to it. */
 async function migratedTemplate (serverUrl: string): Promise<string> {
   const name = `test_template_${randomBytes(6).toString('hex')}`
   await onServer(serverUrl, `CREATE DATABASE ${name}`)
-  const url = new URL(serverUrl)
-  url.pathname = `/${name}`
-  const pool = new pg.Pool({ connectionString: url.toString(), max: 1 })
+  const pool = new pg.Pool({ connectionString: databaseUrlOf(serverUrl, name), max: 1 })
   try {
     await migrateDatabase(pool, migrationsDir)
   } finally {

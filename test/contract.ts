@@ -71,16 +71,15 @@ export function checkContract (method: string, url: string, response: ObservedRe
   }
   const declared = operation.responses[String(response.status)]
   if (!declared) fail(`status ${response.status} is not declared for ${method} ${route.path}`)
-  const answer = declared
-  for (const [name, header] of Object.entries(answer.headers ?? {})) {
+  for (const [name, header] of Object.entries(declared.headers ?? {})) {
     if (header.required && !response.headers.has(name)) fail(`missing header ${name}`)
   }
   if (isHead) return
-  if (!answer.content) {
+  if (!declared.content) {
     if (response.text !== '') fail('a response without declared content must have an empty body')
     return
   }
-  if (!contentType || !answer.content[contentType]) fail(`media type ${contentType} is not declared`)
+  if (!contentType || !declared.content[contentType]) fail(`media type ${contentType} is not declared`)
   const responseKey = `/paths/${pointerEscape(route.path)}/${lowerMethod}/responses/${response.status}`
   const validate = validatorFor(`${responseKey}/content/${pointerEscape(contentType!)}/schema`)
   if (!validate(response.body)) fail(`body does not match the schema: ${ajv.errorsText(validate.errors)}`)

@@ -12,6 +12,7 @@ import pg from 'pg'
 import type { Test } from 'tap'
 import { freePort, startEmbeddedPostgres, temporaryFolder } from '../db/embedded-postgres.js'
 import { seedDatabase, type SeedData } from '../db/seed.js'
+import { databaseUrlOf, onServer } from '../scripts/test-database.js'
 import app, { serverOptions } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
 import { checkContract, type ObservedResponse } from './contract.js'
@@ -30,20 +31,10 @@ export function testDatabaseUrl (): string {
 async function newDatabase ({ migrated = false } = {}): Promise<{ url: string, drop: () => Promise<void> }> {
   const name = `test_${randomBytes(6).toString('hex')}`
   const template = migrated ? process.env.TEST_TEMPLATE_DATABASE : undefined
-  const admin = new pg.Client({ connectionString: testDatabaseUrl() })
-  await admin.connect()
-  await admin.query(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`)
-  await admin.end()
-  const url = new URL(testDatabaseUrl())
-  url.pathname = `/${name}`
+  await onServer(testDatabaseUrl(), `CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''}`)
   return {
-    url: url.toString(),
-    drop: async () => {
-      const dropper = new pg.Client({ connectionString: testDatabaseUrl() })
-      await dropper.connect()
-      await dropper.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-      await dropper.end()
-    }
+    url: databaseUrlOf(testDatabaseUrl(), name),
+    drop: () => onServer(testDatabaseUrl(), `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
   }
 }
 
