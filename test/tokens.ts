@@ -1,11 +1,18 @@
 // Real signed JWTs for the tests: HS256 with the test secret, RS256 and ES256 with key pairs made
 // here, and hand-built hostile tokens.
-import { createHmac, generateKeyPairSync } from 'node:crypto'
+import { createHmac, generateKeyPairSync, type KeyPairSyncResult } from 'node:crypto'
 import { createSigner } from 'fast-jwt'
 
 export const TEST_SECRET = 'test-secret-that-is-at-least-32-characters-long'
-export const rsa = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
-export const ec = generateKeyPairSync('ec', { namedCurve: 'P-256', publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
+type PemKeyPair = KeyPairSyncResult<string, string>
+
+/** Made on first use: an RSA key costs a test process about half a second, and most sign HS256 only. */
+function onFirstUse (make: () => PemKeyPair): () => PemKeyPair {
+  let pair: PemKeyPair | undefined
+  return () => (pair ??= make())
+}
+export const rsaKeyPair = onFirstUse(() => generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } }))
+export const ecKeyPair = onFirstUse(() => generateKeyPairSync('ec', { namedCurve: 'P-256', publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } }))
 
 const now = () => Math.floor(Date.now() / 1000)
 
@@ -18,7 +25,7 @@ export interface TokenOptions {
 
 /** A token signed with `algorithm` (HS256 with the test secret unless `key` is given). */
 export function token (claims: Record<string, unknown>, { algorithm = 'HS256', key, expiresIn = 300 }: TokenOptions = {}): string {
-  const signingKey = key ?? { HS256: TEST_SECRET, RS256: rsa.privateKey, ES256: ec.privateKey }[algorithm]
+  const signingKey = key ?? { HS256: () => TEST_SECRET, RS256: () => rsaKeyPair().privateKey, ES256: () => ecKeyPair().privateKey }[algorithm]()
   const sign = createSigner({ key: signingKey, algorithm, noTimestamp: false })
   return sign({ ...(expiresIn === null ? {} : { exp: now() + expiresIn }), ...claims })
 }

@@ -4,7 +4,7 @@ import t, { type Test } from 'tap'
 import type { ObservedResponse } from '../contract.js'
 import { ordersFixture, ordersPath } from '../fixtures.js'
 import { build, type Harness } from '../helper.js'
-import { craftedToken, ec, inOneMinute, now, readToken, rsa, TEST_SECRET, token } from '../tokens.js'
+import { craftedToken, ecKeyPair, inOneMinute, now, readToken, rsaKeyPair, TEST_SECRET, token } from '../tokens.js'
 
 const harness = await build(t)
 await harness.seed(ordersFixture())
@@ -171,39 +171,39 @@ t.test('with JWT_SECRET only HS256 verifies: RS256, ES256, HS384 and HS512 token
 })
 
 t.test('JWT_PUBLIC_KEY (RSA): RS256 → 200; HS256 keyed with the public key, HS256 with the old secret, ES256, RS384/RS512/PS256, another RSA key → 401', async (t) => {
-  const rs = await buildWithPublicKey(t, rsa.publicKey)
+  const rs = await buildWithPublicKey(t, rsaKeyPair().publicKey)
   const ok = await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'RS256' })), '', rs)
   t.equal(ok.status, 200, 'RS256')
   t.equal(ok.headers.get('x-total-count'), '10')
-  const confused = craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), rsa.publicKey)
+  const confused = craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), rsaKeyPair().publicKey)
   isInvalidToken(t, await get(bearer(confused), '', rs), 'HS256 keyed with the RSA public key PEM')
   isInvalidToken(t, await get(bearer(readToken()), '', rs), 'HS256 with the test secret (JWT_SECRET was dropped)')
   isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'ES256' })), '', rs), 'ES256')
   for (const algorithm of ['RS384', 'RS512', 'PS256'] as const) {
-    isInvalidToken(t, await get(bearer(signed(algorithm, rsa.privateKey)), '', rs), `${algorithm} with the right key`)
+    isInvalidToken(t, await get(bearer(signed(algorithm, rsaKeyPair().privateKey)), '', rs), `${algorithm} with the right key`)
   }
   const stranger = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs8', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } })
   isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'RS256', key: stranger.privateKey })), '', rs), 'RS256 with another RSA key')
 })
 
 t.test('JWT_PUBLIC_KEY (P-256): ES256 → 200; RS256 and HS256 keyed with the public key → 401', async (t) => {
-  const es = await buildWithPublicKey(t, ec.publicKey)
+  const es = await buildWithPublicKey(t, ecKeyPair().publicKey)
   const ok = await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'ES256' })), '', es)
   t.equal(ok.status, 200, 'ES256')
   isInvalidToken(t, await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'RS256' })), '', es), 'RS256')
-  const confused = craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), ec.publicKey)
+  const confused = craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), ecKeyPair().publicKey)
   isInvalidToken(t, await get(bearer(confused), '', es), 'HS256 keyed with the EC public key PEM')
   isInvalidToken(t, await get(bearer(readToken()), '', es), 'HS256 with the test secret')
 })
 
 t.test('a JWT_PUBLIC_KEY whose newlines are literal "\\n" escapes still verifies RS256 → 200', async (t) => {
-  const flattened = rsa.publicKey.trim().replaceAll('\n', '\\n')
+  const flattened = rsaKeyPair().publicKey.trim().replaceAll('\n', '\\n')
   t.notMatch(flattened, /\n/, 'the key is on one line')
   t.match(flattened, /\\n/)
   const rs = await buildWithPublicKey(t, flattened)
   const ok = await get(bearer(token({ scope: 'read:resource' }, { algorithm: 'RS256' })), '', rs)
   t.equal(ok.status, 200)
-  isInvalidToken(t, await get(bearer(craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), rsa.publicKey)), '', rs), 'HS256 confusion')
+  isInvalidToken(t, await get(bearer(craftedToken({ alg: 'HS256', typ: 'JWT' }, readClaims(), rsaKeyPair().publicKey)), '', rs), 'HS256 confusion')
 })
 
 t.test('JWT_ISSUER and JWT_AUDIENCE set', async (t) => {
