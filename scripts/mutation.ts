@@ -1,8 +1,118 @@
-// npm run mutation: Stryker over every module with behaviour (stryker.config.json), against a real
-// PostgreSQL like the tests. Reports: reports/mutation/mutation.{json,html}.
-import { runWithTestDatabase } from './test-database.js'
+// npm run mutation: Stryker over every module with behaviour, against a real PostgreSQL like the
+// tests, one run per area: an area's modules are mutated against the test files written for them.
+// With every suite behind every mutant, a mutant that survives (or that only a late suite kills)
+// ran the whole list: config and the plugins are loaded by every test, so the run took hours.
+// stryker.config.json holds what the runs share. Reports: reports/mutation/<area>.{json,html},
+// and a summary of all areas at the end. `npm run mutation -- auth routes` runs only those areas.
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { projectRoot } from '../src/project-root.js'
+import { runBin, withTestDatabase } from './test-database.js'
+
+interface Area { name: string, mutate: string[], testFiles: string[] }
+
+// Test files fastest first: Stryker stops a mutant's run at the first failing one.
+const areas: Area[] = [
+  {
+    name: 'problems',
+    mutate: ['src/problems.ts', 'src/error-handler.ts', 'src/validation.ts', 'src/json-body.ts'],
+    testFiles: ['test/validation.test.ts', 'test/problem-catalogue.test.ts', 'test/problem-details.test.ts', 'test/problems.test.ts',
+      'test/routes/grant.test.ts', 'test/routes/unauthorize.test.ts', 'test/routes/list.test.ts']
+  },
+  {
+    name: 'routes',
+    mutate: ['src/routes/permissions/**/*.ts', 'db/queries/**/*.ts'],
+    testFiles: ['test/routes/grant.test.ts', 'test/routes/unauthorize.test.ts', 'test/routes/preconditions.test.ts', 'test/routes/list.test.ts',
+      'test/routes/changes.test.ts', 'test/atomicity.test.ts', 'test/model.test.ts', 'test/db/schema.test.ts']
+  },
+  {
+    name: 'auth',
+    mutate: ['plugins/auth.ts', 'src/key-set.ts'],
+    testFiles: ['test/plugins/auth.test.ts', 'test/plugins/jwks.test.ts']
+  },
+  {
+    name: 'config',
+    mutate: ['src/config.ts', 'plugins/env.ts'],
+    testFiles: ['test/config.test.ts', 'test/plugins/auth.test.ts']
+  },
+  {
+    name: 'runtime',
+    mutate: ['src/routes/health.ts', 'src/request-id.ts', 'plugins/db.ts', 'plugins/pressure.ts', 'plugins/lifecycle.ts', 'plugins/docs.ts',
+      'plugins/metrics.ts', 'db/errors.ts', 'db/pool.ts'],
+    testFiles: ['test/db/pool.test.ts', 'test/observability.test.ts', 'test/metrics.test.ts', 'test/docs.test.ts', 'test/overload.test.ts',
+      'test/outage.test.ts', 'test/pressure.test.ts', 'test/shutdown.test.ts']
+  }
+]
+
+const chosen = process.argv.slice(2)
+const unknown = chosen.filter((name) => !areas.some((area) => area.name === name))
+if (unknown.length > 0) {
+  console.error(`unknown area ${unknown.join(', ')}; the areas: ${areas.map(({ name }) => name).join(', ')}`)
+  process.exit(2)
+}
+const toRun = chosen.length > 0 ? areas.filter(({ name }) => chosen.includes(name)) : areas
 
 // A mutant is killed or survives on its own merits, not on the seed the property tests drew.
 process.env.FUZZ_SEED ??= 'pinned'
 
-await runWithTestDatabase('stryker', ['run', ...process.argv.slice(2)])
+const reportOf = (area: Area) => join('reports', 'mutation', `${area.name}.json`)
+let interrupted = false
+process.once('SIGINT', () => { interrupted = true })
+
+const started = Date.now()
+const failed = await withTestDatabase(async (env) => {
+  const shared = JSON.parse(await readFile(join(projectRoot, 'stryker.config.json'), 'utf8'))
+  const configDir = await mkdtemp(join(tmpdir(), 'client-permissions-stryker-'))
+  const failedAreas: string[] = []
+  try {
+    for (const area of toRun) {
+      if (interrupted) break
+      const configFile = join(configDir, `${area.name}.json`)
+      await writeFile(configFile, JSON.stringify({
+        ...shared,
+        mutate: area.mutate,
+        tap: { ...shared.tap, testFiles: area.testFiles },
+        jsonReporter: { fileName: reportOf(area) },
+        htmlReporter: { fileName: join('reports', 'mutation', `${area.name}.html`) }
+      }))
+      console.log(`\n# mutation: ${area.name} (${area.mutate.join(', ')})`)
+      if (await runBin('stryker', ['run', configFile], env) !== 0) failedAreas.push(area.name)
+    }
+  } finally {
+    await rm(configDir, { recursive: true, force: true })
+  }
+  return failedAreas
+})
+
+interface Counts { killed: number, survived: number, noCoverage: number, timeout: number, other: number }
+const counts = (): Counts => ({ killed: 0, survived: 0, noCoverage: 0, timeout: 0, other: 0 })
+const byFile = new Map<string, Counts>()
+for (const area of toRun) {
+  const report = JSON.parse(await readFile(reportOf(area), 'utf8').catch(() => '{"files":{}}')) as { files: Record<string, { mutants: Array<{ status: string }> }> }
+  for (const [file, { mutants }] of Object.entries(report.files)) {
+    const count = byFile.get(file) ?? counts()
+    for (const { status } of mutants) {
+      if (status === 'Killed') count.killed++
+      else if (status === 'Survived') count.survived++
+      else if (status === 'NoCoverage') count.noCoverage++
+      else if (status === 'Timeout') count.timeout++
+      else count.other++
+    }
+    byFile.set(file, count)
+  }
+}
+// Stryker's score: detected (killed or timed out) of all valid mutants; compile errors are not counted.
+const score = ({ killed, timeout, survived, noCoverage }: Counts) => {
+  const valid = killed + timeout + survived + noCoverage
+  return valid === 0 ? 'n/a' : `${(100 * (killed + timeout) / valid).toFixed(1)} %`
+}
+const total = counts()
+console.log('\n| File | Score | Killed | Timeout | Survived | No coverage | Not counted |\n|---|---|---|---|---|---|---|')
+for (const [file, count] of [...byFile].sort(([a], [b]) => a.localeCompare(b))) {
+  for (const key of Object.keys(total) as Array<keyof Counts>) total[key] += count[key]
+  console.log(`| ${file} | ${score(count)} | ${count.killed} | ${count.timeout} | ${count.survived} | ${count.noCoverage} | ${count.other} |`)
+}
+console.log(`| **all** | **${score(total)}** | ${total.killed} | ${total.timeout} | ${total.survived} | ${total.noCoverage} | ${total.other} |`)
+console.log(`\n${toRun.length} area(s) in ${Math.round((Date.now() - started) / 60_000)} min${failed.length > 0 ? `; Stryker failed in: ${failed.join(', ')}` : ''}`)
+process.exit(failed.length > 0 || interrupted ? 1 : 0)

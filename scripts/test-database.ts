@@ -46,21 +46,36 @@ async function migratedTemplate (serverUrl: string): Promise<string> {
   return name
 }
 
-export async function runWithTestDatabase (bin: string, args: string[]): Promise<never> {
+/** What a command run against the test database needs in its environment. */
+export type TestDatabaseEnv = Pick<NodeJS.ProcessEnv, 'TEST_DATABASE_URL' | 'TEST_TEMPLATE_DATABASE' | 'TEST_DEREFERENCED_SPEC'>
+
+/** Runs `work` with the test database, its migrated template and the bundled spec; removes them after. */
+export async function withTestDatabase<T> (work: (env: TestDatabaseEnv) => Promise<T>): Promise<T> {
   const database = await givenOrThrowawayPostgres(process.env.TEST_DATABASE_URL)
   const template = await migratedTemplate(database.url)
   const specDir = await mkdtemp(join(tmpdir(), 'client-permissions-spec-'))
-  const spec = join(specDir, 'openapi.dereferenced.json')
-  await writeFile(spec, JSON.stringify(await dereferencedSpec()))
-  const child = spawn(join(projectRoot, 'node_modules', '.bin', bin), args, {
-    stdio: 'inherit',
-    env: { ...process.env, TEST_DATABASE_URL: database.url, TEST_TEMPLATE_DATABASE: template, TEST_DEREFERENCED_SPEC: spec }
-  })
+  try {
+    const spec = join(specDir, 'openapi.dereferenced.json')
+    await writeFile(spec, JSON.stringify(await dereferencedSpec()))
+    return await work({ TEST_DATABASE_URL: database.url, TEST_TEMPLATE_DATABASE: template, TEST_DEREFERENCED_SPEC: spec })
+  } finally {
+    await onServer(database.url, `DROP DATABASE IF EXISTS ${template} WITH (FORCE)`).catch(() => {})
+    await rm(specDir, { recursive: true, force: true })
+    await database.stop()
+  }
+}
+
+/** Runs node_modules/.bin/`bin` with the test database in its environment; its exit code, or 1 when a signal ended it. */
+export async function runBin (bin: string, args: string[], env: TestDatabaseEnv): Promise<number> {
+  const child = spawn(join(projectRoot, 'node_modules', '.bin', bin), args, { stdio: 'inherit', env: { ...process.env, ...env } })
   // Interrupted, the command stops first and the throwaway cluster is still removed after it.
-  for (const name of ['SIGINT', 'SIGTERM'] as const) process.on(name, () => child.kill(name))
+  const stop = (name: NodeJS.Signals) => child.kill(name)
+  for (const name of ['SIGINT', 'SIGTERM'] as const) process.on(name, stop)
   const [code, signal] = await once(child, 'exit') as [number | null, string | null]
-  await onServer(database.url, `DROP DATABASE IF EXISTS ${template} WITH (FORCE)`).catch(() => {})
-  await rm(specDir, { recursive: true, force: true })
-  await database.stop()
-  process.exit(code ?? (signal ? 1 : 0))
+  for (const name of ['SIGINT', 'SIGTERM'] as const) process.off(name, stop)
+  return code ?? (signal ? 1 : 0)
+}
+
+export async function runWithTestDatabase (bin: string, args: string[]): Promise<never> {
+  process.exit(await withTestDatabase((env) => runBin(bin, args, env)))
 }
