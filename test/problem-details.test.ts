@@ -58,6 +58,12 @@ t.test('each problem of the spec, word for word, with its headers', async (t) =>
       status: 404,
       detail: 'The client "app-a" is not authorized on the resource "orders-api".'
     }, {}],
+    [problems.preconditionFailed(), {
+      type: '/problems/precondition-failed',
+      title: 'Precondition failed',
+      status: 412,
+      detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'
+    }, {}],
     [problems.unknownPermissions('orders-api', ['nope']), {
       type: '/problems/unknown-permissions',
       title: 'Unknown permissions',
@@ -138,6 +144,23 @@ t.test('Fastify validation errors → invalid-request with a JSON pointer per is
   t.equal(where('cookies'), 'body')
 })
 
+t.test('field error messages: a pattern in the spec\'s words, a body that is not an array as what to send, the rest as Ajv says', async (t) => {
+  const messageOf = (validationContext: string, issue: Record<string, unknown>) => (toProblem(fastifyError({
+    validationContext, validation: [{ params: {}, ...issue }]
+  } as unknown as FastifyError)).extensions.errors as Array<{ message: string }>)[0].message
+  const sentence = 'must be a JSON array of 1 to 500 permission ids, such as ["perm_read_orders"]'
+  t.equal(messageOf('querystring', { instancePath: '/sort_by', keyword: 'pattern', message: 'must match pattern "^x$"', parentSchema: { 'x-pattern-hint': 'id or name' } }),
+    'must be id or name', 'a pattern with a hint')
+  t.equal(messageOf('querystring', { instancePath: '/sort_by', keyword: 'pattern', message: 'must match pattern "^x$"', parentSchema: {} }),
+    'must match pattern "^x$"', 'a pattern without one')
+  t.equal(messageOf('querystring', { instancePath: '/limit', keyword: 'maximum', message: 'must be <= 500', parentSchema: { 'x-pattern-hint': 'id or name' } }),
+    'must be <= 500', 'a hint explains patterns only')
+  t.equal(messageOf('body', { instancePath: '', keyword: 'type', message: 'must be array' }), sentence, 'the body is not an array')
+  t.equal(messageOf('body', { instancePath: '/0', keyword: 'type', message: 'must be string' }), 'must be string', 'an item of the body')
+  t.equal(messageOf('body', { instancePath: '', keyword: 'minItems', message: 'must NOT have fewer than 1 items' }), 'must NOT have fewer than 1 items', 'an empty array')
+  t.equal(messageOf('querystring', { instancePath: '', keyword: 'type', message: 'must be object' }), 'must be object', 'not the body')
+})
+
 t.test('Fastify body errors, by code, as the problems the spec declares', async (t) => {
   const cases: Array<[string, number, string, string]> = [
     ['FST_ERR_CTP_INVALID_MEDIA_TYPE', 415, 'about:blank', 'The body must be application/json.'],
@@ -177,7 +200,7 @@ t.test('other errors: bad JSON is malformed-body, outages 503, other 4xx keep th
   t.equal(toProblem(own as unknown as FastifyError), own, 'a Problem passes through as it is')
 })
 
-interface LogLine { level: number, msg: string, err?: { message: string }, status?: number, type?: string, code?: string }
+interface LogLine { level: number, msg: string, err?: { message: string }, status?: number, type?: string, code?: string, reason?: string, detail?: string }
 
 async function appWithLogs (t: Test) {
   const lines: LogLine[] = []
@@ -194,8 +217,11 @@ async function appWithLogs (t: Test) {
   app.setNotFoundHandler(notFoundHandler)
   app.get('/fails/:status', async (request) => {
     const status = Number((request.params as { status: string }).status)
+    if (status === 503) throw new ConnectionWaitTimeout('no connection within 50 ms')
     throw status === 500 ? new Error('the database said no') : problems.clientNotFound('c')
   })
+  // What shedding on event-loop lag throws: the problem itself, no database error behind it.
+  app.get('/shed', async () => { throw problems.overloaded() })
   t.teardown(() => app.close())
   await app.ready()
   return { app, lines }
@@ -217,6 +243,20 @@ t.test('errorHandler: 5xx are logged as errors with the cause, 4xx as info witho
   t.equal(missing.statusCode, 404)
   t.same(lines.map(({ level, msg, status, type, err }) => ({ level, msg, status, type, err })),
     [{ level: 30, msg: 'Client not found', status: 404, type: '/problems/client-not-found', err: undefined }])
+})
+
+t.test('errorHandler: a shed request is a warning with its reason, not an error', async (t) => {
+  const { app, lines } = await appWithLogs(t)
+  const waited = await app.inject('/fails/503')
+  t.equal(waited.statusCode, 503)
+  t.equal(waited.json().type, '/problems/overloaded')
+  t.same(lines.map(({ level, msg, reason, detail, err }) => ({ level, msg, reason, detail, err })),
+    [{ level: 40, msg: 'request shed', reason: 'connection_wait', detail: 'no connection within 50 ms', err: undefined }])
+
+  lines.length = 0
+  const shed = await app.inject('/shed')
+  t.equal(shed.statusCode, 503)
+  t.same(lines.map(({ level, msg, reason }) => ({ level, msg, reason })), [{ level: 40, msg: 'request shed', reason: 'event_loop' }])
 })
 
 t.test('frameworkErrors: a broken percent-encoding is a 400 of its own; other router errors go through toProblem', async (t) => {
