@@ -92,3 +92,80 @@ t.test('the bounds tests shorten are configuration, with the defaults production
   t.match(jwtKeyOf(loadConfig({ JWKS_URL: 'https://idp.example/jwks', JWKS_COOLDOWN_MS: '250', JWKS_FETCH_TIMEOUT_MS: '750' })), { cooldownMs: 250, fetchTimeoutMs: 750 })
   t.throws(() => loadConfig({ JWKS_COOLDOWN_MS: '0' }), /JWKS_COOLDOWN_MS must be >= 100/)
 })
+
+t.test('every setting unset: exactly these defaults, nothing else', async (t) => {
+  t.same(loadConfig({}), {
+    NODE_ENV: 'development',
+    HOST: '127.0.0.1',
+    PORT: 3000,
+    DATABASE_POOL_MAX: 10,
+    DATABASE_CONNECTION_WAIT_MS: 1000,
+    DATABASE_STATEMENT_TIMEOUT_MS: 5000,
+    DATABASE_QUERY_TIMEOUT_MS: 10000,
+    DATABASE_POOLER: 'none',
+    READINESS_TIMEOUT_MS: 1000,
+    DATABASE_PREPARED_STATEMENTS: true,
+    MIGRATIONS_CONNECTION_WAIT_MS: 5000,
+    JWKS_ALLOW_HTTP: false,
+    JWKS_CACHE_MAX_AGE_MS: 600000,
+    JWKS_COOLDOWN_MS: 5000,
+    JWKS_FETCH_TIMEOUT_MS: 5000,
+    LOG_LEVEL: 'info',
+    TRUST_PROXY: 'false',
+    METRICS_ENABLED: true,
+    MAX_EVENT_LOOP_DELAY_MS: 1000,
+    SHUTDOWN_DELAY_MS: 0,
+    SHUTDOWN_TIMEOUT_MS: 10000,
+    EMBEDDED_POSTGRES_PORT: 54329
+  })
+})
+
+t.test('whole numbers within their bounds: the bounds accepted, one past them and non-integers refused, naming the setting', async (t) => {
+  // [setting, accepted, refused, the other settings a value needs (the cross rules of loadConfig)]
+  const integers: Array<[string, number[], number[], Record<string, string>?]> = [
+    ['PORT', [0, 65535], [-1, 65536]],
+    ['DATABASE_POOL_MAX', [1, 1000], [0, 1001]],
+    ['DATABASE_CONNECTION_WAIT_MS', [1, 60000], [0, 60001]],
+    ['DATABASE_STATEMENT_TIMEOUT_MS', [1, 599999], [0], { DATABASE_QUERY_TIMEOUT_MS: '600000' }],
+    ['DATABASE_QUERY_TIMEOUT_MS', [2, 600000], [0, 600001], { DATABASE_STATEMENT_TIMEOUT_MS: '1' }],
+    ['READINESS_TIMEOUT_MS', [1, 60000], [0, 60001]],
+    ['MIGRATIONS_CONNECTION_WAIT_MS', [1, 600000], [0, 600001]],
+    ['JWKS_CACHE_MAX_AGE_MS', [1000], [999]],
+    ['JWKS_COOLDOWN_MS', [100, 600000], [99, 600001]],
+    ['JWKS_FETCH_TIMEOUT_MS', [100, 60000], [99, 60001]],
+    ['METRICS_PORT', [0, 65535], [-1, 65536]],
+    ['MAX_EVENT_LOOP_DELAY_MS', [0], [-1]],
+    ['SHUTDOWN_DELAY_MS', [0, 9999], [-1]],
+    ['SHUTDOWN_TIMEOUT_MS', [1000], [999]],
+    ['EMBEDDED_POSTGRES_PORT', [1, 65535], [0, 65536]]
+  ]
+  for (const [name, accepted, refused, others = {}] of integers) {
+    for (const value of accepted) t.equal(loadConfig({ ...others, [name]: String(value) })[name as 'PORT'], value, `${name}=${value}`)
+    for (const value of [...refused.map(String), '1.5', 'ten']) t.throws(() => loadConfig({ ...others, [name]: value }), new RegExp(name), `${name}=${value}`)
+  }
+})
+
+t.test('texts, choices and switches: what each accepts and refuses', async (t) => {
+  const accepts = (env: Record<string, string>) => t.doesNotThrow(() => loadConfig(env), JSON.stringify(env))
+  const refuses = (env: Record<string, string>) => t.throws(() => loadConfig(env), new RegExp(Object.keys(env)[0]), JSON.stringify(env))
+  for (const name of ['DATABASE_URL', 'MIGRATIONS_DATABASE_URL']) {
+    accepts({ [name]: 'postgres://u@db/x' })
+    accepts({ [name]: 'postgresql://u@db/x' })
+    refuses({ [name]: 'mysql://u@db/x' })
+    refuses({ [name]: 'my-postgres://u@db/x' })
+  }
+  accepts({ JWT_SECRET: 'x'.repeat(32) })
+  refuses({ JWT_SECRET: 'x'.repeat(31) })
+  accepts({ JWKS_URL: 'https://idp.example/jwks' })
+  refuses({ JWKS_URL: 'ftp://idp.example/jwks' })
+  t.equal(loadConfig({ DATABASE_POOLER: 'transaction' }).DATABASE_POOLER, 'transaction')
+  refuses({ DATABASE_POOLER: 'session' })
+  for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']) t.equal(loadConfig({ LOG_LEVEL: level }).LOG_LEVEL, level)
+  refuses({ LOG_LEVEL: 'verbose' })
+  for (const name of ['DATABASE_PREPARED_STATEMENTS', 'JWKS_ALLOW_HTTP', 'METRICS_ENABLED'] as const) {
+    t.equal(loadConfig({ [name]: 'false' })[name], false, `${name}=false`)
+    t.equal(loadConfig({ [name]: 'true' })[name], true, `${name}=true`)
+    refuses({ [name]: 'maybe' })
+  }
+  t.equal(loadConfig({ TRUST_PROXY: '10.0.0.1,10.0.0.2' }).TRUST_PROXY, '10.0.0.1,10.0.0.2')
+})
