@@ -4,7 +4,7 @@
 import { createServer, type Socket } from 'node:net'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
-import { ConnectionWaitTimeout, DatabaseUnreachable, isDatabaseUnavailable, overloadReasonOf } from '../../db/errors.js'
+import { ConnectionWaitTimeout, databaseErrorSummary, DatabaseUnreachable, isDatabaseUnavailable, overloadReasonOf } from '../../db/errors.js'
 import { DatabasePool } from '../../db/pool.js'
 import { createTestDatabase } from '../helper.js'
 
@@ -73,4 +73,27 @@ t.test('a connection terminated by the server (57P01, a DatabaseError) marks the
   client.release(error)
   t.ok(isDatabaseUnavailable(error), `${String(error)} ${(error as { code?: string }).code} ${error?.constructor.name}`)
   t.ok(pool.unreachable, 'the last sign of the database is a lost connection')
+})
+
+t.test('each error the database or the network can give, classified: outage, overload (and why) or neither', async (t) => {
+  const withCode = (code: string, message = 'failed') => Object.assign(new Error(message), { code })
+  const outages = ['DATABASE_UNREACHABLE', 'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE', 'ENOENT',
+    '57P01', '57P02', '57P03', '08000', '08001', '08003', '08004', '08006']
+  for (const code of outages) {
+    t.ok(isDatabaseUnavailable(withCode(code)), `${code}: unavailable`)
+    t.equal(overloadReasonOf(withCode(code)), undefined, `${code}: not overload`)
+  }
+  for (const message of ['Connection terminated unexpectedly', 'Query read timeout', 'Client has encountered a connection error and is not queryable']) {
+    t.ok(isDatabaseUnavailable(new Error(message)), message)
+  }
+  t.equal(overloadReasonOf(withCode('53300')), 'connection_wait', 'too_many_connections')
+  t.equal(overloadReasonOf(withCode('57014')), 'statement_timeout', 'query_canceled')
+  t.equal(overloadReasonOf(new ConnectionWaitTimeout('busy')), 'connection_wait')
+  for (const error of [withCode('53300'), withCode('57014'), withCode('23505'), new Error('syntax error at or near "x"')]) {
+    t.notOk(isDatabaseUnavailable(error), `${String(error)}: not an outage`)
+  }
+  t.equal(overloadReasonOf(withCode('23505')), undefined, 'a constraint violation is neither')
+  t.equal(overloadReasonOf({ code: '57014' }), undefined, 'not an Error: neither')
+  t.notOk(isDatabaseUnavailable({ code: 'ECONNREFUSED', message: 'Connection terminated' }), 'not an Error: neither')
+  t.same(databaseErrorSummary(withCode('ECONNREFUSED', 'connect ECONNREFUSED 127.0.0.1:1')), { code: 'ECONNREFUSED', reason: 'connect ECONNREFUSED 127.0.0.1:1' })
 })
