@@ -8,7 +8,7 @@ import t from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
 import { projectRoot } from '../../src/project-root.js'
 import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build } from '../helper.js'
+import { build, captureLogs } from '../helper.js'
 import { readToken, token } from '../tokens.js'
 
 const harness = await build(t)
@@ -70,6 +70,25 @@ t.test('nothing is recorded for a change that changes nothing or is refused (404
   t.same((await harness.db.query('SELECT count(*)::int AS n FROM permission_changes')).rows, [{ n: 0 }])
 })
 
+t.test('each change is logged with how many ids it changed and its change id; one that changes nothing has no id', async (t) => {
+  const { stream, lines } = captureLogs()
+  const logged = await build(t, { LOG_LEVEL: 'info' }, { logs: stream })
+  await logged.seed(ordersFixture())
+  const send = (method: 'DELETE' | 'POST', ids: string[]) => logged.request(ordersPath(), { method, token: writer(), json: ids })
+  t.equal((await send('DELETE', ['p_read_orders', 'p_create_orders'])).status, 204)
+  t.equal((await send('DELETE', ['p_read_orders'])).status, 204)
+  t.equal((await send('POST', ['p_read_orders'])).status, 204)
+  const recorded = (await logged.db.query<{ id: string }>('SELECT id::text FROM permission_changes ORDER BY id')).rows.map(({ id }) => id)
+  t.equal(recorded.length, 2)
+  const target = { resourceId: 'orders-api', clientId: 'app-a' }
+  t.same(lines.filter(({ msg }) => /^permissions /.test(String(msg)))
+    .map(({ msg, resourceId, clientId, removed, granted, changeId }) => ({ msg, resourceId, clientId, removed, granted, changeId })), [
+    { msg: 'permissions unauthorized', ...target, removed: 2, granted: undefined, changeId: recorded[0] },
+    { msg: 'permissions unauthorized', ...target, removed: 0, granted: undefined, changeId: undefined },
+    { msg: 'permissions granted', ...target, removed: undefined, granted: 1, changeId: recorded[1] }
+  ])
+})
+
 t.test('paged by a cursor: limit, before, and Link rel=next while older changes exist', async (t) => {
   const ids = ['p_read_orders', 'p_create_orders', 'p_update_orders', 'p_delete_orders', 'p_read_invoices']
   for (const id of ids) await change('DELETE', [id])
@@ -83,6 +102,8 @@ t.test('paged by a cursor: limit, before, and Link rel=next while older changes 
     next = link ? new URL(/^<([^>]+)>; rel="next"$/.exec(link)![1]).pathname + new URL(/^<([^>]+)>/.exec(link)![1]).search : undefined
   }
   t.same(seen, [['p_read_invoices', 'p_delete_orders'], ['p_update_orders', 'p_create_orders'], ['p_read_orders']])
+  const three = await history('?limit=3')
+  t.match(three.headers.get('link'), new RegExp(`[?&]before=${three.changes[2].id}>; rel="next"$`), 'the cursor is the page\'s last (oldest) change')
   const { headers, changes } = await history('?limit=5')
   t.equal(changes.length, 5)
   t.equal(headers.get('link'), null, 'no next link when nothing older remains')

@@ -255,7 +255,7 @@ t.test('behind a trusted proxy, Link URLs take X-Forwarded-Proto only when it is
   t.match((await via({ 'x-forwarded-proto': 'HTTPS' })).link, /^<https:\/\/api\.example\.com\//, 'case-insensitive, written lower case')
   t.match((await via({ 'x-forwarded-proto': 'http, https' })).link, /^<https:\/\/api\.example\.com\//, 'the last (nearest) proxy\'s entry')
   // A gateway that appends passes on whatever the client put first; one that sets nothing passes it all.
-  const forged = ['https://evil.example/x>; rel="next"; a="', 'javascript', 'https, javascript', 'ftp', 'http:']
+  const forged = ['https://evil.example/x>; rel="next"; a="', 'javascript', 'https, javascript', 'ftp', 'http:', 'xhttp', 'httpsx']
   for (const proto of forged) {
     const res = await via({ 'x-forwarded-proto': proto })
     t.equal(res.status, 200, proto)

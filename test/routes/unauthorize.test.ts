@@ -52,7 +52,8 @@ t.test('DELETE with an unknown permission id → 422 naming every unknown id onc
   t.match(res.body, {
     type: '/problems/unknown-permissions',
     status: 422,
-    unknown_permission_ids: ['p_typo', 'p_other', 'p_missing']
+    unknown_permission_ids: ['p_typo', 'p_other', 'p_missing'],
+    detail: '3 ids are not permissions of the resource "orders-api"; nothing was removed.'
   })
   t.same(await grantsOf(), before, 'the known id was not removed either')
 })
