@@ -1,8 +1,9 @@
 // src/config.ts's production rules, in-process (test/server.test.ts starts a real process with one).
+import { generateKeyPairSync, type KeyObject } from 'node:crypto'
 import t from 'tap'
 import { assertProductionReady, audiencesOf, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, loadStartupConfig, tokenTypeOf } from '../src/config.js'
 import { withLocalDefaults } from '../src/local-dev.js'
-import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, TEST_SECRET } from './tokens.js'
+import { ecKeyPair, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, rsaKeyPair, TEST_SECRET } from './tokens.js'
 
 const unreachable = 'postgres://u@127.0.0.1:1/db'
 const production = { NODE_ENV: 'production', JWT_ISSUER: PRODUCTION_ISSUER, JWT_AUDIENCE: PRODUCTION_AUDIENCE }
@@ -168,4 +169,35 @@ t.test('texts, choices and switches: what each accepts and refuses', async (t) =
     refuses({ [name]: 'maybe' })
   }
   t.equal(loadConfig({ TRUST_PROXY: '10.0.0.1,10.0.0.2' }).TRUST_PROXY, '10.0.0.1,10.0.0.2')
+})
+
+t.test('the cross rules: a statement timeout shorter than the query timeout, a shutdown delay shorter than its bound', async (t) => {
+  t.throws(() => loadConfig({ DATABASE_STATEMENT_TIMEOUT_MS: '7000', DATABASE_QUERY_TIMEOUT_MS: '7000' }),
+    /^Invalid configuration: DATABASE_STATEMENT_TIMEOUT_MS must be shorter than DATABASE_QUERY_TIMEOUT_MS$/)
+  t.equal(loadConfig({ DATABASE_STATEMENT_TIMEOUT_MS: '6999', DATABASE_QUERY_TIMEOUT_MS: '7000' }).DATABASE_STATEMENT_TIMEOUT_MS, 6999)
+  t.throws(() => loadConfig({ SHUTDOWN_DELAY_MS: '3000', SHUTDOWN_TIMEOUT_MS: '3000' }),
+    /^Invalid configuration: SHUTDOWN_DELAY_MS must be shorter than SHUTDOWN_TIMEOUT_MS$/)
+  t.equal(loadConfig({ SHUTDOWN_DELAY_MS: '2999', SHUTDOWN_TIMEOUT_MS: '3000' }).SHUTDOWN_DELAY_MS, 2999)
+})
+
+t.test('only the given variables count: an empty one is unset, the process environment is not read', async (t) => {
+  t.equal(loadConfig({ HOST: '', PORT: '' }).HOST, '127.0.0.1', 'empty: the default')
+  const saved = process.env.PORT
+  process.env.PORT = '4321'
+  t.teardown(() => { if (saved === undefined) delete process.env.PORT; else process.env.PORT = saved })
+  t.equal(loadConfig({}).PORT, 3000, 'PORT in process.env but not in what loadConfig was given')
+})
+
+t.test('locally nothing more is required to start; each key source pins its algorithms', async (t) => {
+  t.doesNotThrow(() => loadStartupConfig({}), 'development with nothing set')
+  t.same(jwtKeyOf(loadConfig({ JWKS_URL: 'https://idp.example/jwks' }))?.algorithms, ['RS256', 'ES256'])
+  t.same(jwtKeyOf(loadConfig({ JWT_PUBLIC_KEY: ecKeyPair().publicKey }))?.algorithms, ['ES256'])
+  t.same(jwtKeyOf(loadConfig({ JWT_PUBLIC_KEY: rsaKeyPair().publicKey }))?.algorithms, ['RS256'])
+  const pemOf = (key: KeyObject) => key.export({ type: 'spki', format: 'pem' }) as string
+  const p384 = pemOf(generateKeyPairSync('ec', { namedCurve: 'P-384' }).publicKey)
+  const ed25519 = pemOf(generateKeyPairSync('ed25519').publicKey)
+  for (const [label, publicKey] of [['P-384', p384], ['Ed25519', ed25519]]) {
+    t.throws(() => jwtKeyOf(loadConfig({ JWT_PUBLIC_KEY: publicKey })),
+      /^Invalid configuration: JWT_PUBLIC_KEY must be an RSA key \(RS256\) or a P-256 EC key \(ES256\)$/, label)
+  }
 })
