@@ -23,8 +23,10 @@ const areas: Area[] = [
   {
     name: 'routes',
     mutate: ['src/routes/permissions/**/*.ts', 'db/queries/**/*.ts'],
+    // Not test/model.test.ts: in the run of 2026-11-24 it ran for 32 mutants the suites before it
+    // left alive and killed none of them, at 13 s a run.
     testFiles: ['test/routes/grant.test.ts', 'test/routes/unauthorize.test.ts', 'test/routes/preconditions.test.ts', 'test/routes/list.test.ts',
-      'test/routes/changes.test.ts', 'test/atomicity.test.ts', 'test/model.test.ts', 'test/db/schema.test.ts']
+      'test/routes/changes.test.ts', 'test/atomicity.test.ts', 'test/db/schema.test.ts']
   },
   {
     name: 'auth',
