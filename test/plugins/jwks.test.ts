@@ -138,6 +138,22 @@ t.test('the provider failing for longer than the cache lives: the last keys stil
   t.ok(flaky.requests() - before <= 1, `${flaky.requests() - before} fetches for 11 tokens during the outage`)
 })
 
+t.test('a key the provider withdrew stops verifying once the cache ages out, even right after an unknown kid was refused', async (t) => {
+  let keys = [jwk(first)]
+  const rotating = await serve(() => ({ keys }))
+  // A cooldown far longer than the cache's age: an unknown kid must not count as a failed fetch.
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: rotating.url, JWKS_CACHE_MAX_AGE_MS: '1000', JWKS_COOLDOWN_MS: '60000' })
+  await app.seed(ordersFixture())
+  const getApp = (token: string) => app.request(ordersPath(), { token })
+  t.equal((await getApp(tokenFrom(first))).status, 200)
+  keys = [jwk(next)]
+  t.equal((await getApp(tokenFrom(stranger, 'nobody'))).status, 401, 'an unknown kid is refused')
+  await sleep(1_200) // past the cache's age
+  t.equal((await getApp(tokenFrom(first))).status, 401, 'the withdrawn key no longer verifies')
+  t.equal((await getApp(tokenFrom(next))).status, 200, 'the key published instead does')
+  t.equal(rotating.requests(), 2, 'the set was fetched again once its age passed')
+})
+
 t.test('no key set was ever fetched and the provider is down → 503 keys-unavailable, not 401', async (t) => {
   const down = await serve(() => undefined)
   const fresh = await build(t, { JWT_SECRET: '', JWKS_URL: down.url })
