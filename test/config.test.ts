@@ -188,6 +188,15 @@ t.test('only the given variables count: an empty one is unset, the process envir
   t.equal(loadConfig({}).PORT, 3000, 'PORT in process.env but not in what loadConfig was given')
 })
 
+t.test('a .env file in the working directory is never loaded: the environment comes from whoever starts the process', async (t) => {
+  const dir = t.testdir({ '.env': 'CPS_DOTENV_PROBE=loaded\nPORT=4321\n' })
+  const cwd = process.cwd()
+  process.chdir(dir)
+  t.teardown(() => { process.chdir(cwd); delete process.env.CPS_DOTENV_PROBE })
+  t.equal(loadConfig({}).PORT, 3000)
+  t.equal(process.env.CPS_DOTENV_PROBE, undefined, 'nothing of .env reached process.env')
+})
+
 t.test('locally nothing more is required to start; each key source pins its algorithms', async (t) => {
   t.doesNotThrow(() => loadStartupConfig({}), 'development with nothing set')
   t.same(jwtKeyOf(loadConfig({ JWKS_URL: 'https://idp.example/jwks' }))?.algorithms, ['RS256', 'ES256'])
