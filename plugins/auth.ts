@@ -23,8 +23,8 @@ declare module 'fastify' {
 export interface AuthOptions {
   key: JwtKey
   issuer?: string
-  /** A token matches if its aud holds any of these. */
-  audiences?: readonly string[]
+  /** A token matches if its aud holds any of these; none: aud is not checked. */
+  audiences: readonly string[]
   /** The typ header tokens must carry (lower case, without "application/"), when set. */
   type?: string
 }
@@ -79,7 +79,7 @@ function fromKeySet (publicKeyOf: ReturnType<typeof keySetResolver>) {
   return async (_request: FastifyRequest, token: TokenOrHeader) => publicKeyOf('header' in token ? token.header : token)
 }
 
-export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audiences = [], type }) {
+export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audiences, type }) {
   const audience = audiences.length > 0 ? [...audiences] : undefined
   await fastify.register(fastifyJwt, {
     secret: key.kind === 'secret'
