@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
 import t from 'tap'
 import { ordersFixture, ordersPath } from './fixtures.js'
-import { build } from './helper.js'
+import { build, captureLogs } from './helper.js'
 import { readToken } from './tokens.js'
 
 t.test('GET /metrics: Prometheus text with route histograms, pool gauges and database errors', async (t) => {
@@ -14,7 +14,10 @@ t.test('GET /metrics: Prometheus text with route histograms, pool gauges and dat
   // pg drops a connection whose query failed; these open one again.
   await harness.request(ordersPath(), { token: readToken() })
   await harness.request(ordersPath('missing-app'), { token: readToken() })
+  t.equal((await harness.request('/no-such-path')).status, 404)
 
+  // Scraped twice: a scrape would be measured once it was answered, so only the second could show it.
+  await (await fetch(`${harness.baseUrl}/metrics`)).text()
   const res = await fetch(`${harness.baseUrl}/metrics`)
   t.equal(res.status, 200)
   t.match(res.headers.get('content-type'), /^text\/plain/)
@@ -24,11 +27,33 @@ t.test('GET /metrics: Prometheus text with route histograms, pool gauges and dat
   t.match(text, new RegExp(`http_request_duration_seconds_count\\{method="GET",route="${route.replace(/[/:]/g, '\\$&')}",status_code="200"\\} 1`))
   t.match(text, new RegExp(`http_request_duration_seconds_count\\{method="GET",route="${route.replace(/[/:]/g, '\\$&')}",status_code="404"\\} 1`))
   t.match(text, /db_pool_connections\{state="total"\} [1-9]/)
+  t.match(text, /db_pool_connections\{state="idle"\} [1-9]/)
   t.match(text, /db_pool_connections\{state="waiting"\} 0/)
   t.match(text, /db_errors_total\{kind="query"\} 1/)
+  // Every series exists from the start, at 0, so a rate over it is defined before the first event.
   t.match(text, /db_errors_total\{kind="unavailable"\} 0/)
+  t.match(text, /db_errors_total\{kind="idle_connection"\} 0/)
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(text, new RegExp(`requests_shed_total\\{reason="${reason}"\\} 0`))
   t.match(text, /process_resident_memory_bytes \d+/)
   t.notMatch(text, /route="\/metrics"/, 'the scrape itself is not measured')
+  t.notMatch(text, /route="__unknown__"|no-such-path/, 'requests no route matched are not measured: their paths are the client\'s to choose')
+  t.notMatch(text, /http_request_summary_seconds_count\{/, 'histograms only: summaries cannot be added up across replicas')
+  t.equal(harness.app.metricsAddress, undefined, 'no listener of its own without METRICS_PORT')
+})
+
+t.test('an idle pooled connection the server drops: logged as a warning, counted, and the next request is served', async (t) => {
+  const { stream, waitFor } = captureLogs()
+  const harness = await build(t, { LOG_LEVEL: 'warn' }, { logs: stream })
+  await harness.seed(ordersFixture())
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
+  // Every other connection to the test's database: the service's, now idle in its pool.
+  await harness.db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')
+  const line = await waitFor((line) => line.msg === 'idle database connection lost', 'the lost connection')
+  t.match(line, { level: 40, code: '57P01' })
+  const text = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  t.match(text, /db_errors_total\{kind="idle_connection"\} [1-9]/)
+  t.match(text, /db_errors_total\{kind="unavailable"\} 0/, 'not an outage')
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
 })
 
 t.test('METRICS_ENABLED=false → no /metrics', async (t) => {
@@ -37,11 +62,13 @@ t.test('METRICS_ENABLED=false → no /metrics', async (t) => {
 })
 
 t.test('METRICS_PORT: /metrics on its own listener only; the API port answers 404; closed with the app', async (t) => {
-  const harness = await build(t, { METRICS_PORT: '0' })
+  const { stream, lines } = captureLogs()
+  const harness = await build(t, { METRICS_PORT: '0', LOG_LEVEL: 'info' }, { logs: stream })
   await harness.seed(ordersFixture())
   t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
   const address = harness.app.metricsAddress
   t.ok(address, 'bound')
+  t.match(lines.find((line) => line.msg === 'metrics listening'), { level: 30, address: { port: address!.port } }, 'where, in the log')
   t.not(address!.port, new URL(harness.baseUrl).port, 'a port of its own')
   const scrape = await fetch(`http://127.0.0.1:${address!.port}/metrics`)
   t.equal(scrape.status, 200)
