@@ -19,7 +19,11 @@ t.test('GET /docs serves Swagger UI pointing at /openapi.json, without a token',
   t.match(await page.text(), /swagger-ui/)
   const initializer = await fetch(`${harness.baseUrl}/docs/static/swagger-initializer.js`)
   t.equal(initializer.status, 200)
-  t.match(await initializer.text(), /\/openapi\.json/)
+  const script = await initializer.text()
+  t.match(script, /\/openapi\.json/)
+  // A pasted token survives a reload of the page; operations show their operationId.
+  t.match(script, /"persistAuthorization":\s*true/)
+  t.match(script, /"displayOperationId":\s*true/)
   const bundle = await fetch(`${harness.baseUrl}/docs/static/swagger-ui-bundle.js`)
   t.equal(bundle.status, 200, 'the UI is served locally, no CDN')
   // Read to the end: a response left unread keeps its connection busy, and closing the server waits for it.

@@ -1,6 +1,10 @@
+import { readdir } from 'node:fs/promises'
+import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
 import t from 'tap'
+import { migrationsDir } from '../src/project-root.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
-import { build, captureLogs } from './helper.js'
+import { build, captureLogs, createTestDatabase } from './helper.js'
 import { deleteToken, readToken } from './tokens.js'
 
 const { stream, lines: logs, waitFor } = captureLogs()
@@ -54,4 +58,28 @@ t.test('a removal leaves an audit line: who lost what on which resource, and how
   await waitFor((line) => line.reqId === 'audit-me' && line.res !== undefined, 'the request completed')
   const audit = logs.filter((line) => line.reqId === 'audit-me' && line.msg === 'permissions unauthorized')
   t.match(audit, [{ level: 30, resourceId: 'orders-api', clientId: 'app-a', removed: 1 }])
+})
+
+t.test('a start logs the migrations it applied, and none when the database is up to date; a close drains, then ends every connection', async (t) => {
+  const url = await createTestDatabase(t)
+  const first = captureLogs()
+  const migrating = await build(t, { DATABASE_URL: url, LOG_LEVEL: 'info' }, { logs: first.stream })
+  const migrations = (await readdir(migrationsDir)).filter((name) => name.endsWith('.sql')).sort()
+  const applied = first.lines.find((line) => line.msg === 'database migrated')
+  t.equal(applied?.level, 30)
+  t.same(applied?.migrations, ['0_create-migrations-table.sql', ...migrations], 'postgres-migrations\' own table, then ours in order')
+  const second = captureLogs()
+  const upToDate = await build(t, { DATABASE_URL: url, LOG_LEVEL: 'info' }, { logs: second.stream })
+  t.notOk(second.lines.some((line) => line.msg === 'database migrated'), 'nothing applied, nothing said')
+
+  t.equal(upToDate.app.draining, false)
+  await Promise.all([migrating.app.close(), upToDate.app.close()])
+  t.equal(upToDate.app.draining, true, 'closing drained first')
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  t.teardown(() => client.end())
+  const others = async () => Number((await client.query<{ n: string }>('SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')).rows[0].n)
+  // A backend leaves pg_stat_activity shortly after its client hung up: wait for that, briefly.
+  for (let attempt = 0; attempt < 50 && await others() > 0; attempt++) await sleep(20)
+  t.equal(await others(), 0, 'the pool and the readiness probe\'s connection are closed')
 })
