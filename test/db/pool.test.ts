@@ -1,7 +1,7 @@
 // The pool tells a busy pool (overload) from a database it cannot reach (outage), against a real
 // PostgreSQL, a port where nothing listens, and a black hole (a socket that accepts and never
 // answers, as a firewalled or frozen host does).
-import { createServer, type Socket } from 'node:net'
+import { connect, createServer, type Socket } from 'node:net'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import { ConnectionWaitTimeout, databaseErrorSummary, DatabaseUnreachable, isDatabaseUnavailable, overloadReasonOf } from '../../db/errors.js'
@@ -23,12 +23,48 @@ t.test('every connection busy, database answering → ConnectionWaitTimeout (ove
   await held.query('SELECT 1')
   const error = await pool.connect().then(() => undefined, (error: Error) => error)
   t.type(error, ConnectionWaitTimeout)
+  t.equal(error?.message, `no pooled database connection became free within ${WAIT_MS} ms`)
+  t.equal((error?.cause as Error | undefined)?.message, 'timeout exceeded when trying to connect', 'pg-pool\'s error kept as the cause')
   t.equal(overloadReasonOf(error), 'connection_wait')
   t.notOk(isDatabaseUnavailable(error))
   t.notOk(pool.unreachable)
   held.release()
   const { rows } = await pool.query('SELECT 1 AS one')
   t.same(rows, [{ one: 1 }], 'served once a connection is free')
+})
+
+t.test('what counts as the database answering: a connection made, a query answered; answersSince waits for one', async (t) => {
+  const pool = poolOn(await createTestDatabase(t), 2)
+  t.notOk(pool.unreachable, 'a new pool has no sign either way')
+  let since = performance.now()
+  const client = await pool.connect()
+  t.ok(pool.lastAnsweredAt > since, 'a connection made is an answer')
+  client.release()
+  since = performance.now()
+  t.equal(await pool.answersSince(since, 50), false, 'nothing answered since: false once the wait is over')
+  since = performance.now()
+  await pool.query('SELECT 1')
+  t.ok(pool.lastAnsweredAt > since, 'a query answered is one')
+  t.notOk(pool.unreachable)
+  since = performance.now()
+  await t.rejects(pool.query('SELECT no_such_column'), { code: '42703' })
+  t.ok(pool.lastAnsweredAt > since, 'so is a query refused')
+  t.notOk(pool.unreachable)
+  t.equal(await pool.answersSince(since, 50), true, 'an answer already given counts at once')
+  since = performance.now()
+  const answered = pool.answersSince(since, 5_000)
+  await pool.query('SELECT 1')
+  t.equal(await answered, true, 'an answer given while waiting ends the wait')
+})
+
+t.test('a server that refuses the connection (no such database) answered: an error, not an outage', async (t) => {
+  const url = new URL(await createTestDatabase(t))
+  url.pathname = '/no_such_database'
+  const pool = poolOn(url.toString())
+  const error = await pool.query('SELECT 1').then(() => undefined, (error: Error) => error)
+  t.equal((error as { code?: string } | undefined)?.code, '3D000')
+  t.notOk(isDatabaseUnavailable(error))
+  t.notOk(pool.unreachable)
 })
 
 t.test('nothing listens → unavailable at once, and the pool knows it', async (t) => {
@@ -57,8 +93,47 @@ t.test('black hole → the connect times out as unavailable; a wait behind it is
   t.equal(waiting.status, 'rejected')
   const reason = (waiting as PromiseRejectedResult).reason
   t.type(reason, DatabaseUnreachable)
+  t.equal(reason.message, `no database connection within ${WAIT_MS} ms: the database could not be reached at the last attempt`)
+  t.equal(reason.cause?.message, 'timeout exceeded when trying to connect')
   t.ok(isDatabaseUnavailable(reason))
   t.equal(overloadReasonOf(reason), undefined)
+})
+
+t.test('a new connection that times out while the pool\'s others are answering → overload, not an outage', async (t) => {
+  // A proxy to the test server that lets two connections through and leaves later ones unanswered,
+  // as a database too busy to take one more connection does.
+  const target = new URL(await createTestDatabase(t))
+  const sockets = new Set<Socket>()
+  let accepted = 0
+  const proxy = createServer((socket) => {
+    sockets.add(socket)
+    if (++accepted > 2) return
+    const upstream = connect(Number(target.port), target.hostname)
+    sockets.add(upstream)
+    socket.pipe(upstream).pipe(socket)
+    socket.on('error', () => upstream.destroy())
+    upstream.on('error', () => socket.destroy())
+  })
+  proxy.listen(0, '127.0.0.1')
+  await new Promise((resolve) => proxy.once('listening', resolve))
+  t.teardown(() => { for (const socket of sockets) socket.destroy(); proxy.close() })
+  const viaProxy = new URL(target)
+  viaProxy.port = String((proxy.address() as { port: number }).port)
+  const pool = poolOn(viaProxy.toString(), 3)
+
+  const [first, second] = await Promise.all([pool.connect(), pool.connect()])
+  const third: { settled: boolean, error?: Error } = { settled: false }
+  pool.connect().then(() => {}, (error: Error) => { third.error = error }).finally(() => { third.settled = true })
+  first.release()
+  // While the third connection waits on the silent socket, the first keeps answering.
+  while (!third.settled) await pool.query('SELECT 1')
+  const { error } = third
+  second.release()
+  t.type(error, ConnectionWaitTimeout)
+  t.equal(error?.message, `no new database connection within ${WAIT_MS} ms while the database answers`)
+  t.equal((error?.cause as Error | undefined)?.message, 'Connection terminated due to connection timeout')
+  t.equal(overloadReasonOf(error), 'connection_wait')
+  t.notOk(pool.unreachable)
 })
 
 t.test('a connection terminated by the server (57P01, a DatabaseError) marks the database unreachable, not answered', async (t) => {
