@@ -140,6 +140,13 @@ t.test('limit and offset out of bounds or not integers → 400 invalid-request n
   }
 })
 
+t.test('a limit that is not plain decimal digits is refused in the words of any other non-integer', async (t) => {
+  for (const query of ['limit=abc', 'limit=0x10', 'limit=1e2', 'limit=%205']) {
+    const res = await list(`?${query}`)
+    t.same((res.body as { errors: unknown[] }).errors, [{ location: 'query', pointer: '/limit', message: 'must be integer' }], query)
+  }
+})
+
 t.test('sort_by outside the allow-list, injections included → 400, nothing runs', async (t) => {
   const attempts = [
     'password', 'NAME', 'name.up', 'name.asc.desc', 'name,', ',name', '', ' name', 'name ,id',

@@ -96,6 +96,17 @@ t.test('bodies that break the contract → 400 invalid-request, nothing removed'
   t.equal((await grantsOf()).length, 10)
 })
 
+t.test('an id the database cannot hold is explained in the spec\'s words; only the first invalid id is reported', async (t) => {
+  for (const [body, pointer] of [[['p_read_orders', 'p_read\u0000orders'], '/1'], [['\ud800', 'p_read\u0000orders', ''], '/0']] as const) {
+    const res = await unauthorize(body)
+    t.equal(res.status, 400, pointer)
+    // One error however many ids are wrong: the validator stops at the first (bounded work per request).
+    t.same((res.body as { errors: unknown[] }).errors,
+      [{ location: 'body', pointer, message: 'must be text without NUL characters or unpaired surrogates' }], pointer)
+  }
+  t.equal((await grantsOf()).length, 10, 'nothing removed')
+})
+
 t.test('500 ids (the maximum) are accepted', async (t) => {
   const ids = [...await grantsOf(), ...Array.from({ length: 490 }, () => 'p_read_orders')]
   t.equal(ids.length, 500)
