@@ -19,8 +19,9 @@ export interface KeySetOptions {
 /** The provider could not be reached and no key set was ever fetched: not the token's fault. */
 export class KeySetUnavailable extends Error {}
 
-// jose's errors that are about the token (no or several keys for its kid, an unusable alg).
-const tokenFaults = new Set(['ERR_JWKS_NO_MATCHING_KEY', 'ERR_JWKS_MULTIPLE_MATCHING_KEYS', 'ERR_JOSE_NOT_SUPPORTED', 'ERR_JOSE_ALG_NOT_ALLOWED'])
+// jose's errors that are about the token (no or several keys for its kid, an alg no key set can
+// hold), the only ones its key selection throws besides fetch failures.
+const tokenFaults = new Set(['ERR_JWKS_NO_MATCHING_KEY', 'ERR_JWKS_MULTIPLE_MATCHING_KEYS', 'ERR_JOSE_NOT_SUPPORTED'])
 
 /** Resolves a token header's kid and alg to the PEM of the provider's matching public key. */
 export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchTimeoutMs }: KeySetOptions) {

@@ -138,20 +138,31 @@ t.test('the provider failing for longer than the cache lives: the last keys stil
   t.ok(flaky.requests() - before <= 1, `${flaky.requests() - before} fetches for 11 tokens during the outage`)
 })
 
-t.test('a key the provider withdrew stops verifying once the cache ages out, even right after an unknown kid was refused', async (t) => {
-  let keys = [jwk(first)]
-  const rotating = await serve(() => ({ keys }))
-  // A cooldown far longer than the cache's age: an unknown kid must not count as a failed fetch.
-  const app = await build(t, { JWT_SECRET: '', JWKS_URL: rotating.url, JWKS_CACHE_MAX_AGE_MS: '1000', JWKS_COOLDOWN_MS: '60000' })
-  await app.seed(ordersFixture())
-  const getApp = (token: string) => app.request(ordersPath(), { token })
-  t.equal((await getApp(tokenFrom(first))).status, 200)
-  keys = [jwk(next)]
-  t.equal((await getApp(tokenFrom(stranger, 'nobody'))).status, 401, 'an unknown kid is refused')
-  await sleep(1_200) // past the cache's age
-  t.equal((await getApp(tokenFrom(first))).status, 401, 'the withdrawn key no longer verifies')
-  t.equal((await getApp(tokenFrom(next))).status, 200, 'the key published instead does')
-  t.equal(rotating.requests(), 2, 'the set was fetched again once its age passed')
+t.test('a key the provider withdrew stops verifying once the cache ages out, even right after a token the key set could not serve', async (t) => {
+  // Tokens the set cannot serve through no fault of the provider's: an unknown kid, a kid two
+  // published keys share, an alg no key set can hold. None may count as a failed fetch, which would
+  // keep the old keys for a cooldown (here far longer than the cache's age).
+  const twin = signingKey('twin', 'RS256')
+  const twinsTwin = signingKey('twin', 'RS256')
+  const faults: Array<[string, string]> = [
+    ['an unknown kid', tokenFrom(stranger, 'nobody')],
+    ['a kid two keys share', tokenFrom(twin)],
+    ['an HMAC alg', craftedToken({ alg: 'HS256', typ: 'JWT', kid: first.kid }, { scope: 'read:resource', exp: inOneMinute() }, 'secret')]
+  ]
+  await Promise.all(faults.map(async ([fault, refused]) => {
+    let keys = [jwk(first), jwk(twin), jwk(twinsTwin)]
+    const rotating = await serve(() => ({ keys }))
+    const app = await build(t, { JWT_SECRET: '', JWKS_URL: rotating.url, JWKS_CACHE_MAX_AGE_MS: '1000', JWKS_COOLDOWN_MS: '60000' })
+    await app.seed(ordersFixture())
+    const getApp = (token: string) => app.request(ordersPath(), { token })
+    t.equal((await getApp(tokenFrom(first))).status, 200, fault)
+    keys = [jwk(next)]
+    t.equal((await getApp(refused)).status, 401, `${fault} is refused`)
+    await sleep(1_200) // past the cache's age
+    t.equal((await getApp(tokenFrom(first))).status, 401, `after ${fault}, the withdrawn key no longer verifies`)
+    t.equal((await getApp(tokenFrom(next))).status, 200, `after ${fault}, the key published instead does`)
+    t.equal(rotating.requests(), 2, `after ${fault}, the set was fetched again once its age passed`)
+  }))
 })
 
 t.test('no key set was ever fetched and the provider is down → 503 keys-unavailable, not 401', async (t) => {
