@@ -149,14 +149,20 @@ t.test('a key the provider withdrew stops verifying once the cache ages out, eve
     ['a kid two keys share', tokenFrom(twin)],
     ['an HMAC alg', craftedToken({ alg: 'HS256', typ: 'JWT', kid: first.kid }, { scope: 'read:resource', exp: inOneMinute() }, 'secret')]
   ]
-  await Promise.all(faults.map(async ([fault, refused]) => {
-    let keys = [jwk(first), jwk(twin), jwk(twinsTwin)]
-    const rotating = await serve(() => ({ keys }))
+  // Each fault gets its own provider and app, built one after another (apps share prom-client's
+  // registry while they register their metrics), then run at once to share the wait.
+  const scenarios = []
+  for (const [fault, refused] of faults) {
+    const keySet = { keys: [jwk(first), jwk(twin), jwk(twinsTwin)] }
+    const rotating = await serve(() => ({ keys: keySet.keys }))
     const app = await build(t, { JWT_SECRET: '', JWKS_URL: rotating.url, JWKS_CACHE_MAX_AGE_MS: '1000', JWKS_COOLDOWN_MS: '60000' })
     await app.seed(ordersFixture())
+    scenarios.push({ fault, refused, keySet, rotating, app })
+  }
+  await Promise.all(scenarios.map(async ({ fault, refused, keySet, rotating, app }) => {
     const getApp = (token: string) => app.request(ordersPath(), { token })
     t.equal((await getApp(tokenFrom(first))).status, 200, fault)
-    keys = [jwk(next)]
+    keySet.keys = [jwk(next)]
     t.equal((await getApp(refused)).status, 401, `${fault} is refused`)
     await sleep(1_200) // past the cache's age
     t.equal((await getApp(tokenFrom(first))).status, 401, `after ${fault}, the withdrawn key no longer verifies`)
