@@ -11,7 +11,7 @@ import t from 'tap'
 import { freePort } from '../db/embedded-postgres.js'
 import { seedDatabase } from '../db/seed.js'
 import { projectRoot } from '../src/project-root.js'
-import { createTestDatabase } from './helper.js'
+import { createTestDatabase, serverProcess } from './helper.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from './tokens.js'
 
 const haproxy = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((path) => spawnSync(path, ['-v']).status === 0)
@@ -73,7 +73,7 @@ const gatewayPort = await freePort()
 const statsPort = await freePort()
 
 function startReplica (index: number): Running {
-  return start(join(projectRoot, 'node_modules', '.bin', 'tsx'), [join(projectRoot, 'src', 'server.ts')], {
+  return start(serverProcess.command, serverProcess.args, {
     NODE_ENV: 'production',
     HOST: '127.0.0.1',
     PORT: String(replicaPorts[index]),

@@ -15,8 +15,17 @@ import { seedDatabase, type SeedData } from '../db/seed.js'
 import { databaseUrlOf, onServer } from '../scripts/test-database.js'
 import app, { serverOptions } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
+import { projectRoot } from '../src/project-root.js'
 import { checkContract, type ObservedResponse } from './contract.js'
 import { TEST_SECRET } from './tokens.js'
+
+/**
+ * The real server as `node --import tsx src/server.ts`, so that a signal reaches the server itself:
+ * tsx's CLI relays signals through a parent that SIGKILLs a child which has not acknowledged one
+ * within 30 ms, and a loaded machine is slower than that (a SIGTERM test then sees a kill, not a
+ * drain).
+ */
+export const serverProcess = { command: process.execPath, args: ['--import', 'tsx', join(projectRoot, 'src', 'server.ts')] }
 
 export function testDatabaseUrl (): string {
   const url = process.env.TEST_DATABASE_URL

@@ -1,18 +1,13 @@
 // src/server.ts as operators run it: a real process, configured by its environment.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { join } from 'node:path'
 import t from 'tap'
-import { projectRoot } from '../src/project-root.js'
-import { createTestDatabase } from './helper.js'
+import { createTestDatabase, serverProcess } from './helper.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from './tokens.js'
-
-const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
-const serverFile = join(projectRoot, 'src', 'server.ts')
 
 function startServer (env: Record<string, string>): { child: ChildProcess, output: () => string } {
   // Only what the test names: the server must not depend on anything else in the environment.
-  const child = spawn(tsx, [serverFile], {
+  const child = spawn(serverProcess.command, serverProcess.args, {
     env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   })

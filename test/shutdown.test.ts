@@ -2,14 +2,12 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { request } from 'node:http'
-import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
 import { seedDatabase } from '../db/seed.js'
-import { projectRoot } from '../src/project-root.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
-import { build, createTestDatabase } from './helper.js'
+import { build, createTestDatabase, serverProcess } from './helper.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, readToken, TEST_SECRET, token as tokenWith } from './tokens.js'
 
 t.test('draining: /readyz → 503 shutting-down while liveness and the API still answer', async (t) => {
@@ -55,7 +53,7 @@ async function listening (child: ChildProcess, output: () => string): Promise<nu
 
 t.test('SIGTERM under load: readiness fails, in-flight requests complete, new connections are refused, exit 0', async (t) => {
   const databaseUrl = await createTestDatabase(t)
-  const child = spawn(join(projectRoot, 'node_modules', '.bin', 'tsx'), [join(projectRoot, 'src', 'server.ts')], {
+  const child = spawn(serverProcess.command, serverProcess.args, {
     env: {
       PATH: process.env.PATH,
       NODE_ENV: 'production',
