@@ -8,7 +8,9 @@ import { ConnectionWaitTimeout, databaseErrorSummary, DatabaseUnreachable, isDat
 import { DatabasePool } from '../../db/pool.js'
 import { createTestDatabase } from '../helper.js'
 
-const WAIT_MS = 200
+// Long enough for a new connection on a loaded machine (four test files at once on two cores), short
+// enough that the waits the tests provoke stay cheap.
+const WAIT_MS = 1_000
 
 function poolOn (connectionString: string, max = 1): DatabasePool {
   const pool = new DatabasePool({ connectionString, max, connectionWaitMs: WAIT_MS, queryTimeoutMs: 5_000 })
