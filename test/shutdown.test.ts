@@ -63,7 +63,9 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
       JWT_SECRET: TEST_SECRET,
       JWT_ISSUER: PRODUCTION_ISSUER,
       JWT_AUDIENCE: PRODUCTION_AUDIENCE,
-      SHUTDOWN_DELAY_MS: '500',
+      // Longer than this test's readiness check can take on a loaded machine: the "gateway" must see
+      // readiness fail and stop sending before the listener closes, or its next connections are reset.
+      SHUTDOWN_DELAY_MS: '2000',
       // Other test files share the cores: lag here is theirs (shedding: test/pressure.test.ts).
       MAX_EVENT_LOOP_DELAY_MS: '0'
     },
