@@ -37,7 +37,8 @@ export default async function permissionChanges (fastify: FastifyInstance) {
       at: change.at.toISOString(),
       action: change.action,
       permission_ids: change.permissionIds,
-      actor: { ...(change.actor.sub ? { sub: change.actor.sub } : {}), ...(change.actor.clientId ? { client_id: change.actor.clientId } : {}) },
+      // A claim the token did not carry is undefined here, and the serializer leaves it out.
+      actor: { sub: change.actor.sub, client_id: change.actor.clientId },
       request_id: change.requestId
     }))
   })
