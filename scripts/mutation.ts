@@ -3,7 +3,9 @@
 // With every suite behind every mutant, a mutant that survives (or that only a late suite kills)
 // ran the whole list: config and the plugins are loaded by every test, so the run took hours.
 // stryker.config.json holds what the runs share. Reports: reports/mutation/<area>.{json,html},
-// and a summary of all areas at the end. `npm run mutation -- auth routes` runs only those areas.
+// and a summary of all areas at the end. `npm run mutation -- auth routes` runs only those areas;
+// `--incremental` reruns only the mutants whose code or covering test files changed since the last
+// incremental run of their area (Stryker's incremental mode; the first one runs them all).
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -49,7 +51,8 @@ const areas: Area[] = [
   }
 ]
 
-const chosen = process.argv.slice(2)
+const incremental = process.argv.includes('--incremental')
+const chosen = process.argv.slice(2).filter((arg) => arg !== '--incremental')
 const unknown = chosen.filter((name) => !areas.some((area) => area.name === name))
 if (unknown.length > 0) {
   console.error(`unknown area ${unknown.join(', ')}; the areas: ${areas.map(({ name }) => name).join(', ')}`)
@@ -78,7 +81,8 @@ const failed = await withTestDatabase(async (env) => {
         mutate: area.mutate,
         tap: { ...shared.tap, testFiles: area.testFiles },
         jsonReporter: { fileName: reportOf(area) },
-        htmlReporter: { fileName: join('reports', 'mutation', `${area.name}.html`) }
+        htmlReporter: { fileName: join('reports', 'mutation', `${area.name}.html`) },
+        ...(incremental ? { incremental, incrementalFile: join('reports', 'mutation', `${area.name}.incremental.json`) } : {})
       }))
       console.log(`\n# mutation: ${area.name} (${area.mutate.join(', ')})`)
       if (await runBin('stryker', ['run', configFile], env) !== 0) failedAreas.push(area.name)
