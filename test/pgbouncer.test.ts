@@ -8,7 +8,7 @@ import { rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { freePort, temporaryFolder } from '../db/embedded-postgres.js'
 import { seedDatabase } from '../db/seed.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
@@ -100,12 +100,35 @@ if (!binary) {
     t.notOk((after.body as Array<{ id: string }>).some(({ id }) => ['p_read_orders', 'p_create_orders', 'p_update_orders'].includes(id)))
   })
 
+  /** The error a start fails with when its pool connects to `databaseUrl` (a start that succeeds fails the test). */
+  async function startFailure (t: Test, databaseUrl: URL, env: Record<string, string> = {}): Promise<Error & { code?: string, cause?: unknown }> {
+    // Migrations on a direct connection of their own: they succeed, and the pool's first query is the one that fails.
+    const started = build(t, { DATABASE_URL: databaseUrl.toString(), MIGRATIONS_DATABASE_URL: directUrl.toString(), DATABASE_PREPARED_STATEMENTS: 'false', ...env })
+    return started.then(() => { throw new Error('the start succeeded') }, (error: Error) => error)
+  }
+
   t.test('without DATABASE_POOLER=transaction the start fails, saying what to set', async (t) => {
-    await t.rejects(build(t, {
-      DATABASE_URL: bouncerUrl.toString(),
-      MIGRATIONS_DATABASE_URL: directUrl.toString(),
-      DATABASE_PREPARED_STATEMENTS: 'false'
-    }), /unsupported startup parameter.*set DATABASE_POOLER=transaction/)
+    const error = await startFailure(t, bouncerUrl)
+    t.match(error.message, /unsupported startup parameter.*set DATABASE_POOLER=transaction/)
+    t.match(error.cause, { code: '08P01', message: /unsupported startup parameter/ }, 'the pooler\'s own error kept as the cause')
+  })
+
+  // The advice is for that refusal only: any other failure of the pool's first query stops the start as it is.
+  t.test('a first query failing for another reason stops the start with its own error', async (t) => {
+    const missingDatabase = new URL(directUrl)
+    missingDatabase.pathname = '/no_such_database'
+    const error = await startFailure(t, missingDatabase)
+    t.match(error, { code: '3D000', message: /database "no_such_database" does not exist/ })
+    t.notMatch(error.message, /DATABASE_POOLER/)
+  })
+
+  t.test('with DATABASE_POOLER=transaction no settings are sent: a refusal by the pooler is its own error', async (t) => {
+    const unknownToBouncer = new URL(bouncerUrl)
+    unknownToBouncer.pathname = '/not_in_pgbouncer_ini'
+    const error = await startFailure(t, unknownToBouncer, { DATABASE_POOLER: 'transaction' })
+    // PgBouncer 1.18 says "bouncer config error" for a database missing from its configuration.
+    t.match(error, { code: '08P01', message: /bouncer config error/ })
+    t.notMatch(error.message, /DATABASE_POOLER/)
   })
 
   t.test('readiness goes through the pooler too', async (t) => {
