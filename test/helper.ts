@@ -41,7 +41,7 @@ async function newDatabase ({ migrated = false } = {}): Promise<{ url: string, d
   const name = `test_${randomBytes(6).toString('hex')}`
   const template = migrated ? process.env.TEST_TEMPLATE_DATABASE : undefined
   // FILE_COPY copies the template's files; the default (WAL_LOG) writes every page of it to the WAL,
-  // which for a small template costs the server about twice the CPU, and a test run makes hundreds.
+  // which for a small template costs the server about twice the CPU, and a test run makes about eighty.
   await onServer(testDatabaseUrl(), `CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''} STRATEGY FILE_COPY`)
   return {
     url: databaseUrlOf(testDatabaseUrl(), name),
