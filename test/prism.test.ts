@@ -9,6 +9,7 @@ import { freePort } from '../db/embedded-postgres.js'
 import { seedDatabase } from '../db/seed.js'
 import { projectRoot, specPath } from '../src/project-root.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
+import { endsWithTest } from './at-exit.js'
 import { build, ownPostgres } from './helper.js'
 import { deleteToken, readToken, token } from './tokens.js'
 
@@ -18,9 +19,9 @@ const harness = await build(t, { DATABASE_URL: database.url })
 await seedDatabase(harness.app.db, ordersFixture())
 
 const prismPort = await freePort()
-const prism: ChildProcess = spawn(join(projectRoot, 'node_modules', '.bin', 'prism'), [
+const prism: ChildProcess = endsWithTest(spawn(join(projectRoot, 'node_modules', '.bin', 'prism'), [
   'proxy', specPath, harness.baseUrl, '--errors', '--host', '127.0.0.1', '--port', String(prismPort)
-], { stdio: ['ignore', 'pipe', 'pipe'] })
+], { stdio: ['ignore', 'pipe', 'pipe'] }))
 let prismLog = ''
 prism.stdout!.on('data', (chunk) => { prismLog += chunk })
 prism.stderr!.on('data', (chunk) => { prismLog += chunk })

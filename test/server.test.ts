@@ -2,15 +2,16 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import t from 'tap'
+import { endsWithTest } from './at-exit.js'
 import { createTestDatabase, serverProcess } from './helper.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from './tokens.js'
 
 function startServer (env: Record<string, string>): { child: ChildProcess, output: () => string } {
   // Only what the test names: the server must not depend on anything else in the environment.
-  const child = spawn(serverProcess.command, serverProcess.args, {
+  const child = endsWithTest(spawn(serverProcess.command, serverProcess.args, {
     env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe']
-  })
+  }))
   let output = ''
   child.stdout!.on('data', (chunk) => { output += chunk })
   child.stderr!.on('data', (chunk) => { output += chunk })

@@ -7,6 +7,7 @@ import pg from 'pg'
 import t from 'tap'
 import { seedDatabase } from '../db/seed.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
+import { endsWithTest } from './at-exit.js'
 import { build, createTestDatabase, serverProcess } from './helper.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, readToken, TEST_SECRET, token as tokenWith } from './tokens.js'
 
@@ -53,7 +54,7 @@ async function listening (child: ChildProcess, output: () => string): Promise<nu
 
 t.test('SIGTERM under load: readiness fails, in-flight requests complete, new connections are refused, exit 0', async (t) => {
   const databaseUrl = await createTestDatabase(t)
-  const child = spawn(serverProcess.command, serverProcess.args, {
+  const child = endsWithTest(spawn(serverProcess.command, serverProcess.args, {
     env: {
       PATH: process.env.PATH,
       NODE_ENV: 'production',
@@ -70,7 +71,7 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
       MAX_EVENT_LOOP_DELAY_MS: '0'
     },
     stdio: ['ignore', 'pipe', 'pipe']
-  })
+  }))
   t.teardown(() => { child.kill('SIGKILL') })
   let output = ''
   child.stdout!.on('data', (chunk) => { output += chunk })
