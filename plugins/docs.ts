@@ -19,9 +19,11 @@ async function publicDocs (fastify: FastifyInstance) {
     routePrefix: '/docs',
     uiConfig: { url: '/openapi.json', persistAuthorization: true, displayOperationId: true }
   })
-  fastify.get('/openapi.json', { schema: { hide: true } }, async () => fastify.swagger())
+  // No `hide` on these routes: in static mode @fastify/swagger serves the document as it is and
+  // never reads the routes' schemas.
+  fastify.get('/openapi.json', async () => fastify.swagger())
   // Someone who opens the service's root in a browser is looking for the docs.
-  fastify.get('/', { schema: { hide: true } }, async (_request, reply) => reply.redirect('/docs', 302))
+  fastify.get('/', async (_request, reply) => reply.redirect('/docs', 302))
 }
 
 export default fp(async function docs (fastify) {

@@ -33,7 +33,7 @@ export default fp(async function metrics (fastify) {
   await fastify.register(fastifyMetrics, {
     endpoint: ownPort
       ? null
-      : { url: '/metrics', method: 'GET', schema: { hide: true }, config: { ...exemptFromPressure, ...publicRoute }, logLevel: 'warn', handler: async () => {} },
+      : { url: '/metrics', method: 'GET', config: { ...exemptFromPressure, ...publicRoute }, logLevel: 'warn', handler: async () => {} },
     // One app per process in production; tests build several, each starting from a clean registry.
     clearRegisterOnInit: true,
     defaultMetrics: { enabled: true },
