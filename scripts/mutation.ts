@@ -63,6 +63,19 @@ const toRun = chosen.length > 0 ? areas.filter(({ name }) => chosen.includes(nam
 // A mutant is killed or survives on its own merits, not on the seed the property tests drew.
 process.env.FUZZ_SEED ??= 'pinned'
 
+// How a mutant's test files run. A full run compiles them: Stryker builds its sandbox once per area
+// with tsc (into dist/, type checks off there, as a mutant need not type-check), so each of the
+// thousands of test processes it starts, one per test file per mutant, loads JavaScript instead of
+// TypeScript through tsx, which halves the CPU of a short file's process (an area 20 % faster). An
+// incremental run keeps the TypeScript: Stryker reuses a result only when the test file it names
+// is a file of the project, and compiled ones exist only in the sandbox.
+const howTestsRun = incremental
+  ? { settings: { tap: { nodeArgs: ['--import', 'tsx'] } }, testFile: (file: string) => file }
+  : {
+      settings: { buildCommand: 'tsc -p tsconfig.json', disableTypeChecks: '{src,plugins,db,scripts,test}/**/*.ts' },
+      testFile: (file: string) => join('dist', file.replace(/\.ts$/, '.js'))
+    }
+
 const reportOf = (area: Area) => join('reports', 'mutation', `${area.name}.json`)
 let interrupted = false
 process.once('SIGINT', () => { interrupted = true })
@@ -78,8 +91,9 @@ const failed = await withTestDatabase(async (env) => {
       const configFile = join(configDir, `${area.name}.json`)
       await writeFile(configFile, JSON.stringify({
         ...shared,
+        ...howTestsRun.settings,
         mutate: area.mutate,
-        tap: { ...shared.tap, testFiles: area.testFiles },
+        tap: { ...howTestsRun.settings.tap, testFiles: area.testFiles.map(howTestsRun.testFile) },
         jsonReporter: { fileName: reportOf(area) },
         htmlReporter: { fileName: join('reports', 'mutation', `${area.name}.html`) },
         ...(incremental ? { incremental, incrementalFile: join('reports', 'mutation', `${area.name}.incremental.json`) } : {})
