@@ -1,7 +1,7 @@
 // src/config.ts's production rules, in-process (test/server.test.ts starts a real process with one).
 import { generateKeyPairSync, type KeyObject } from 'node:crypto'
 import t from 'tap'
-import { assertProductionReady, audiencesOf, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, loadStartupConfig, tokenTypeOf } from '../src/config.js'
+import { assertProductionReady, audiencesOf, type Config, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, loadStartupConfig, tokenTypeOf } from '../src/config.js'
 import { withLocalDefaults } from '../src/local-dev.js'
 import { ecKeyPair, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, rsaKeyPair, TEST_SECRET } from './tokens.js'
 
@@ -191,9 +191,14 @@ t.test('only the given variables count: an empty one is unset, the process envir
 t.test('a .env file in the working directory is never loaded: the environment comes from whoever starts the process', async (t) => {
   const dir = t.testdir({ '.env': 'CPS_DOTENV_PROBE=loaded\nPORT=4321\n' })
   const cwd = process.cwd()
+  // Back in the same tick: a process stopped while it is in the fixture (Stryker sends SIGTERM at
+  // the first failure) would write its runner's result file there, and the mutant would count as
+  // a runtime error instead of killed.
   process.chdir(dir)
-  t.teardown(() => { process.chdir(cwd); delete process.env.CPS_DOTENV_PROBE })
-  t.equal(loadConfig({}).PORT, 3000)
+  let config: Config
+  try { config = loadConfig({}) } finally { process.chdir(cwd) }
+  t.teardown(() => { delete process.env.CPS_DOTENV_PROBE })
+  t.equal(config.PORT, 3000)
   t.equal(process.env.CPS_DOTENV_PROBE, undefined, 'nothing of .env reached process.env')
 })
 
