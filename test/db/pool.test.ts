@@ -57,6 +57,12 @@ t.test('what counts as the database answering: a connection made, a query answer
   const answered = pool.answersSince(since, 5_000)
   await pool.query('SELECT 1')
   t.equal(await answered, true, 'an answer given while waiting ends the wait')
+  // The routes release a connection with whatever failed its transaction, a bug of ours included.
+  const failedIn = await pool.connect()
+  since = performance.now()
+  failedIn.release(new TypeError('the app failed, not the database'))
+  t.ok(pool.lastAnsweredAt < since, 'a connection released with an error of the app\'s own is not an answer')
+  t.notOk(pool.unreachable, 'nor a sign of an outage')
 })
 
 t.test('a server that refuses the connection (no such database) answered: an error, not an outage', async (t) => {
