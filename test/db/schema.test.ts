@@ -221,24 +221,6 @@ t.test('migrating an up-to-date database applies nothing', async (t) => {
   t.equal(rows[0].n, 1)
 })
 
-t.test('three replicas migrating a fresh database at once: each migration is applied exactly once', async (t) => {
-  const url = await createTestDatabase(t)
-  const pools = [1, 2, 3].map(() => new pg.Pool({ connectionString: url, max: 1 }))
-  for (const each of pools) each.on('error', () => {})
-  t.teardown(() => Promise.all(pools.map((pool) => pool.end())))
-  const results = await Promise.all(pools.map((pool) => migrateDatabase(pool, migrationsDir)))
-  t.equal(results.filter((applied) => applied.includes('0001_create_permissions.sql')).length, 1, JSON.stringify(results))
-  t.equal(results.filter((applied) => applied.length === 0).length, 2, 'the other two find nothing to do')
-  const { rows } = await pools[0].query(`
-    SELECT relname FROM pg_class
-    WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace ORDER BY relname`)
-  t.same(rows.map(({ relname }) => relname), ['authorizations', 'clients', 'grants', 'migrations', 'permission_changes', 'permissions', 'resources'])
-  const migrations = await pools[0].query('SELECT name, count(*)::int AS n FROM migrations GROUP BY name ORDER BY name')
-  t.ok(migrations.rows.length > 0)
-  for (const { name, n } of migrations.rows) t.equal(n, 1, `${name} recorded once`)
-  t.same(await migrateDatabase(pools[1], migrationsDir), [], 'and a later run finds nothing to do')
-})
-
 function planNodes (node: PlanNode): PlanNode[] {
   return [node, ...(node.Plans ?? []).flatMap(planNodes)]
 }
@@ -249,110 +231,6 @@ function describe (node: PlanNode): string {
   const heap = node['Heap Fetches'] === undefined ? '' : ` heap fetches=${node['Heap Fetches']}`
   return `${node['Node Type']}${on}${using} rows=${node['Actual Rows']}×${node['Actual Loops']}${heap} buffers=${node['Shared Hit Blocks'] + node['Shared Read Blocks']}`
 }
-
-t.test('the list and unauthorize statements read about one page of the client\'s entries of a grants index', async (t) => {
-  const pool = await migratedPool(t)
-  const started = Date.now()
-  // 2 resources × 1000 permissions, 50 clients authorized on both with every permission: 100k grants.
-  // The test server runs with synchronous_commit off; committing synchronously lets VACUUM mark
-  // the pages all-visible at once (hint bits wait for the commit to be flushed).
-  await pool.query(`
-    BEGIN;
-    SET LOCAL synchronous_commit = on;
-    INSERT INTO resources (id) SELECT 'api-' || r FROM generate_series(1, 2) r;
-    INSERT INTO clients (id) SELECT 'app-' || lpad(c::text, 3, '0') FROM generate_series(1, 50) c;
-    -- Descriptions in yet another order, tied by tens, every tenth missing.
-    INSERT INTO permissions (id, resource_id, name, description)
-      SELECT 'perm-' || r || '-' || lpad(p::text, 4, '0'), 'api-' || r, 'verb' || p || ':noun' || (p % 7),
-        CASE WHEN p % 10 <> 0 THEN 'about ' || (p * 37 % 100) END
-      FROM generate_series(1, 2) r, generate_series(1, 1000) p;
-    INSERT INTO authorizations (resource_id, client_id) SELECT r.id, c.id FROM resources r, clients c;
-    INSERT INTO grants (resource_id, client_id, permission_id)
-      SELECT a.resource_id, a.client_id, p.id
-      FROM authorizations a JOIN permissions p ON p.resource_id = a.resource_id;
-    COMMIT`)
-  // Sets the visibility map too, so an index-only scan's buffers are index pages, not heap visits.
-  await pool.query('VACUUM (ANALYZE) grants')
-  await pool.query('ANALYZE')
-  t.equal((await pool.query('SELECT count(*)::int AS n FROM grants')).rows[0].n, 100_000)
-  t.comment(`arranged in ${Date.now() - started} ms`)
-
-  const { rows: [{ version }] } = await pool.query("SELECT version::int FROM authorizations WHERE resource_id = 'api-2' AND client_id = 'app-042'")
-  // The statements exactly as the service runs them (db/queries/).
-  const statements: Record<string, [string, unknown[]]> = {
-    'list by name': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 0]],
-    'list by name, last page': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 19]],
-    'list by id, desc': [listGrantedPermissionsSql([{ property: 'id', direction: 'desc' }]), ['api-2', 'app-042', 50, 3]],
-    'list by name, desc, page 15': [listGrantedPermissionsSql([{ property: 'name', direction: 'desc' }]), ['api-2', 'app-042', 50, 15]],
-    unauthorize: [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], null, 'sub', null, 'req-1']],
-    'unauthorize if match': [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], [version], 'sub', null, 'req-1']]
-  }
-  // Rows a statement may take from the index: a list reads its page (and what it skips, up to half
-  // the client's grants, from whichever end is nearer); the DELETE its three ids.
-  const budget: Record<string, number> = {
-    'list by name': 50, 'list by name, last page': 50, 'list by id, desc': 200, 'list by name, desc, page 15': 250, unauthorize: 3, 'unauthorize if match': 3
-  }
-  for (const [what, [statement, values]] of Object.entries(statements)) {
-    // As the service runs it: prepared, on its generic plan, in a transaction rolled back.
-    const nodes = planNodes(await explainPreparedTree(pool, statement, values))
-    const summary = nodes.map(describe).join(' > ')
-    t.notOk(nodes.some((node) => node['Node Type'] === 'Seq Scan' && node['Relation Name'] === 'grants'), `${what}: no Seq Scan on grants: ${summary}`)
-    t.notOk(nodes.some((node) => node['Node Type'] === 'Sort' && node.Plans?.some((child) => child['Actual Rows'] > budget[what])),
-      `${what}: no sort of more than the page: ${summary}`)
-    const scans = nodes.filter((node) => node['Relation Name'] === 'grants' && node['Node Type'].endsWith('Scan'))
-    t.ok(scans.some((scan) => scan['Actual Loops'] > 0), `${what}: reads a grants index: ${summary}`)
-    for (const scan of scans) {
-      t.match(scan['Index Name'], /^grants_(pkey|by_name)$/, `${what}: through an index of the client's grants`)
-      t.match(scan['Index Cond'], /resource_id = .*client_id = |client_id = .*resource_id = /, `${what}: seeks both columns`)
-      t.ok(scan['Actual Rows'] * scan['Actual Loops'] <= budget[what], `${what}: the index yields at most ${budget[what]} entries: ${describe(scan)}`)
-      // The 1000 entries sit side by side in a few leaf pages; walking or skipping through the
-      // 100k entries would touch hundreds or thousands of pages.
-      t.ok(scan['Shared Hit Blocks'] + scan['Shared Read Blocks'] < 50, `${what}: a handful of index pages: ${describe(scan)}`)
-    }
-  }
-
-  // The DELETE above was rolled back, but marked its rows' pages as not all-visible: visible again.
-  await pool.query('VACUUM grants')
-  // Every order that decides differently, as the service runs it: prepared, on its generic plan.
-  const orders: SortKey[][] = [
-    [{ property: 'id', direction: 'asc' }], [{ property: 'id', direction: 'desc' }],
-    [{ property: 'name', direction: 'asc' }], [{ property: 'name', direction: 'desc' }]
-  ]
-  for (const first of ['asc', 'desc'] as const) {
-    orders.push([{ property: 'description', direction: first }])
-    for (const property of ['id', 'name'] as const) {
-      for (const second of ['asc', 'desc'] as const) orders.push([{ property: 'description', direction: first }, { property, direction: second }])
-    }
-  }
-  // 1000 grants, 50 a page: page 0 and the page before the middle are read forwards, the page after
-  // it and the last one backwards; each takes the page and what it skips from the nearer end.
-  const pages = [{ page: 0, reads: 50 }, { page: 9, reads: 500 }, { page: 10, reads: 500 }, { page: 19, reads: 50 }]
-  for (const keys of orders) {
-    for (const { page, reads } of pages) {
-      const what = `${keys.map(({ property, direction }) => `${property}.${direction}`).join(',')} page ${page}`
-      const nodes = planNodes(await explainPreparedTree(pool, listGrantedPermissionsSql(keys), ['api-2', 'app-042', 50, page]))
-      const summary = nodes.map(describe).join(' > ')
-      // The one sort allowed is the last step, putting a page read backwards back in order.
-      t.notOk(nodes.slice(1).some((node) => node['Node Type'].includes('Sort')), `${what}: nothing sorted but the page: ${summary}`)
-      t.ok(nodes[0]['Actual Rows'] <= 50, `${what}: the top node holds the page only: ${describe(nodes[0])}`)
-      t.notOk(nodes.some((node) => node['Relation Name'] === 'permissions'), `${what}: permissions are not read: ${summary}`)
-      const scans = nodes.filter((node) => node['Relation Name'] === 'grants' && node['Actual Loops'] > 0)
-      t.equal(scans.length, 1, `${what}: one scan of grants runs: ${summary}`)
-      for (const scan of scans) {
-        t.equal(scan['Node Type'], 'Index Only Scan', `${what}: index-only: ${describe(scan)}`)
-        t.equal(scan['Heap Fetches'], 0, `${what}: no row read from the table: ${describe(scan)}`)
-        t.match(scan['Index Cond'], /resource_id = .*client_id = |client_id = .*resource_id = /, `${what}: seeks the client's entries`)
-        t.equal(scan['Actual Rows'], reads, `${what}: stops after the page: ${describe(scan)}`)
-        t.ok(scan['Shared Hit Blocks'] + scan['Shared Read Blocks'] < 50, `${what}: a handful of index pages: ${describe(scan)}`)
-      }
-    }
-  }
-
-  const page = await listGrantedPermissions(pool, { resourceId: 'api-2', clientId: 'app-042', limit: 50, page: 0, sort: [{ property: 'name', direction: 'asc' }] })
-  t.equal(page.total, 1000)
-  t.equal(page.permissions.length, 50)
-  t.ok(page.permissions.every(({ id }) => id.startsWith('perm-2-')), 'only the permissions of the resource asked for')
-})
 
 t.test('the seeding upserts: names kept unless given, ids never move between resources, new grants counted', async (t) => {
   await upsertResource(db, { id: 'up-api', name: 'Upserts' })
@@ -553,4 +431,126 @@ t.test('the bench loader\'s grants carry their permissions\' descriptions', asyn
   t.equal(scale.grants, 2_000)
   t.same(await describedAmiss(pool, RESOURCE_ID), [])
   t.ok(await count('grants WHERE permission_description IS NULL') > 0, 'some permissions have none')
+})
+
+t.test('three replicas migrating a fresh database at once: each migration is applied exactly once', async (t) => {
+  const url = await createTestDatabase(t)
+  const pools = [1, 2, 3].map(() => new pg.Pool({ connectionString: url, max: 1 }))
+  for (const each of pools) each.on('error', () => {})
+  t.teardown(() => Promise.all(pools.map((pool) => pool.end())))
+  const results = await Promise.all(pools.map((pool) => migrateDatabase(pool, migrationsDir)))
+  t.equal(results.filter((applied) => applied.includes('0001_create_permissions.sql')).length, 1, JSON.stringify(results))
+  t.equal(results.filter((applied) => applied.length === 0).length, 2, 'the other two find nothing to do')
+  const { rows } = await pools[0].query(`
+    SELECT relname FROM pg_class
+    WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace ORDER BY relname`)
+  t.same(rows.map(({ relname }) => relname), ['authorizations', 'clients', 'grants', 'migrations', 'permission_changes', 'permissions', 'resources'])
+  const migrations = await pools[0].query('SELECT name, count(*)::int AS n FROM migrations GROUP BY name ORDER BY name')
+  t.ok(migrations.rows.length > 0)
+  for (const { name, n } of migrations.rows) t.equal(n, 1, `${name} recorded once`)
+  t.same(await migrateDatabase(pools[1], migrationsDir), [], 'and a later run finds nothing to do')
+})
+
+t.test('the list and unauthorize statements read about one page of the client\'s entries of a grants index', async (t) => {
+  const pool = await migratedPool(t)
+  const started = Date.now()
+  // 2 resources × 1000 permissions, 50 clients authorized on both with every permission: 100k grants.
+  // The test server runs with synchronous_commit off; committing synchronously lets VACUUM mark
+  // the pages all-visible at once (hint bits wait for the commit to be flushed).
+  await pool.query(`
+    BEGIN;
+    SET LOCAL synchronous_commit = on;
+    INSERT INTO resources (id) SELECT 'api-' || r FROM generate_series(1, 2) r;
+    INSERT INTO clients (id) SELECT 'app-' || lpad(c::text, 3, '0') FROM generate_series(1, 50) c;
+    -- Descriptions in yet another order, tied by tens, every tenth missing.
+    INSERT INTO permissions (id, resource_id, name, description)
+      SELECT 'perm-' || r || '-' || lpad(p::text, 4, '0'), 'api-' || r, 'verb' || p || ':noun' || (p % 7),
+        CASE WHEN p % 10 <> 0 THEN 'about ' || (p * 37 % 100) END
+      FROM generate_series(1, 2) r, generate_series(1, 1000) p;
+    INSERT INTO authorizations (resource_id, client_id) SELECT r.id, c.id FROM resources r, clients c;
+    INSERT INTO grants (resource_id, client_id, permission_id)
+      SELECT a.resource_id, a.client_id, p.id
+      FROM authorizations a JOIN permissions p ON p.resource_id = a.resource_id;
+    COMMIT`)
+  // Sets the visibility map too, so an index-only scan's buffers are index pages, not heap visits.
+  await pool.query('VACUUM (ANALYZE) grants')
+  await pool.query('ANALYZE')
+  t.equal((await pool.query('SELECT count(*)::int AS n FROM grants')).rows[0].n, 100_000)
+  t.comment(`arranged in ${Date.now() - started} ms`)
+
+  const { rows: [{ version }] } = await pool.query("SELECT version::int FROM authorizations WHERE resource_id = 'api-2' AND client_id = 'app-042'")
+  // The statements exactly as the service runs them (db/queries/).
+  const statements: Record<string, [string, unknown[]]> = {
+    'list by name': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 0]],
+    'list by name, last page': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 19]],
+    'list by id, desc': [listGrantedPermissionsSql([{ property: 'id', direction: 'desc' }]), ['api-2', 'app-042', 50, 3]],
+    'list by name, desc, page 15': [listGrantedPermissionsSql([{ property: 'name', direction: 'desc' }]), ['api-2', 'app-042', 50, 15]],
+    unauthorize: [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], null, 'sub', null, 'req-1']],
+    'unauthorize if match': [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], [version], 'sub', null, 'req-1']]
+  }
+  // Rows a statement may take from the index: a list reads its page (and what it skips, up to half
+  // the client's grants, from whichever end is nearer); the DELETE its three ids.
+  const budget: Record<string, number> = {
+    'list by name': 50, 'list by name, last page': 50, 'list by id, desc': 200, 'list by name, desc, page 15': 250, unauthorize: 3, 'unauthorize if match': 3
+  }
+  for (const [what, [statement, values]] of Object.entries(statements)) {
+    // As the service runs it: prepared, on its generic plan, in a transaction rolled back.
+    const nodes = planNodes(await explainPreparedTree(pool, statement, values))
+    const summary = nodes.map(describe).join(' > ')
+    t.notOk(nodes.some((node) => node['Node Type'] === 'Seq Scan' && node['Relation Name'] === 'grants'), `${what}: no Seq Scan on grants: ${summary}`)
+    t.notOk(nodes.some((node) => node['Node Type'] === 'Sort' && node.Plans?.some((child) => child['Actual Rows'] > budget[what])),
+      `${what}: no sort of more than the page: ${summary}`)
+    const scans = nodes.filter((node) => node['Relation Name'] === 'grants' && node['Node Type'].endsWith('Scan'))
+    t.ok(scans.some((scan) => scan['Actual Loops'] > 0), `${what}: reads a grants index: ${summary}`)
+    for (const scan of scans) {
+      t.match(scan['Index Name'], /^grants_(pkey|by_name)$/, `${what}: through an index of the client's grants`)
+      t.match(scan['Index Cond'], /resource_id = .*client_id = |client_id = .*resource_id = /, `${what}: seeks both columns`)
+      t.ok(scan['Actual Rows'] * scan['Actual Loops'] <= budget[what], `${what}: the index yields at most ${budget[what]} entries: ${describe(scan)}`)
+      // The 1000 entries sit side by side in a few leaf pages; walking or skipping through the
+      // 100k entries would touch hundreds or thousands of pages.
+      t.ok(scan['Shared Hit Blocks'] + scan['Shared Read Blocks'] < 50, `${what}: a handful of index pages: ${describe(scan)}`)
+    }
+  }
+
+  // The DELETE above was rolled back, but marked its rows' pages as not all-visible: visible again.
+  await pool.query('VACUUM grants')
+  // Every order that decides differently, as the service runs it: prepared, on its generic plan.
+  const orders: SortKey[][] = [
+    [{ property: 'id', direction: 'asc' }], [{ property: 'id', direction: 'desc' }],
+    [{ property: 'name', direction: 'asc' }], [{ property: 'name', direction: 'desc' }]
+  ]
+  for (const first of ['asc', 'desc'] as const) {
+    orders.push([{ property: 'description', direction: first }])
+    for (const property of ['id', 'name'] as const) {
+      for (const second of ['asc', 'desc'] as const) orders.push([{ property: 'description', direction: first }, { property, direction: second }])
+    }
+  }
+  // 1000 grants, 50 a page: page 0 and the page before the middle are read forwards, the page after
+  // it and the last one backwards; each takes the page and what it skips from the nearer end.
+  const pages = [{ page: 0, reads: 50 }, { page: 9, reads: 500 }, { page: 10, reads: 500 }, { page: 19, reads: 50 }]
+  for (const keys of orders) {
+    for (const { page, reads } of pages) {
+      const what = `${keys.map(({ property, direction }) => `${property}.${direction}`).join(',')} page ${page}`
+      const nodes = planNodes(await explainPreparedTree(pool, listGrantedPermissionsSql(keys), ['api-2', 'app-042', 50, page]))
+      const summary = nodes.map(describe).join(' > ')
+      // The one sort allowed is the last step, putting a page read backwards back in order.
+      t.notOk(nodes.slice(1).some((node) => node['Node Type'].includes('Sort')), `${what}: nothing sorted but the page: ${summary}`)
+      t.ok(nodes[0]['Actual Rows'] <= 50, `${what}: the top node holds the page only: ${describe(nodes[0])}`)
+      t.notOk(nodes.some((node) => node['Relation Name'] === 'permissions'), `${what}: permissions are not read: ${summary}`)
+      const scans = nodes.filter((node) => node['Relation Name'] === 'grants' && node['Actual Loops'] > 0)
+      t.equal(scans.length, 1, `${what}: one scan of grants runs: ${summary}`)
+      for (const scan of scans) {
+        t.equal(scan['Node Type'], 'Index Only Scan', `${what}: index-only: ${describe(scan)}`)
+        t.equal(scan['Heap Fetches'], 0, `${what}: no row read from the table: ${describe(scan)}`)
+        t.match(scan['Index Cond'], /resource_id = .*client_id = |client_id = .*resource_id = /, `${what}: seeks the client's entries`)
+        t.equal(scan['Actual Rows'], reads, `${what}: stops after the page: ${describe(scan)}`)
+        t.ok(scan['Shared Hit Blocks'] + scan['Shared Read Blocks'] < 50, `${what}: a handful of index pages: ${describe(scan)}`)
+      }
+    }
+  }
+
+  const page = await listGrantedPermissions(pool, { resourceId: 'api-2', clientId: 'app-042', limit: 50, page: 0, sort: [{ property: 'name', direction: 'asc' }] })
+  t.equal(page.total, 1000)
+  t.equal(page.permissions.length, 50)
+  t.ok(page.permissions.every(({ id }) => id.startsWith('perm-2-')), 'only the permissions of the resource asked for')
 })
