@@ -6,8 +6,18 @@ import { build, captureLogs } from './helper.js'
 import { readToken } from './tokens.js'
 
 t.test('GET /metrics: Prometheus text with route histograms, pool gauges and database errors', async (t) => {
-  const harness = await build(t)
+  const { stream, lines, waitFor } = captureLogs()
+  const harness = await build(t, { LOG_LEVEL: 'info' }, { logs: stream })
   await harness.seed(ordersFixture())
+  // Every series exists from the start, at 0, so a rate over it is defined before the first event.
+  const fresh = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  for (const kind of ['unavailable', 'query', 'idle_connection']) t.match(fresh, new RegExp(`db_errors_total\\{kind="${kind}"\\} 0`), kind)
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(fresh, new RegExp(`requests_shed_total\\{reason="${reason}"\\} 0`), reason)
+  // Each of our metrics says in its HELP what every value of its label counts.
+  const help = (name: string) => new RegExp(`^# HELP ${name} (.*)$`, 'm').exec(fresh)?.[1] ?? ''
+  for (const kind of ['unavailable', 'query', 'idle_connection']) t.match(help('db_errors_total'), kind)
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(help('requests_shed_total'), reason)
+
   await harness.db.query('ALTER TABLE grants RENAME TO grants_moved')
   t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 500)
   await harness.db.query('ALTER TABLE grants_moved RENAME TO grants')
@@ -30,15 +40,17 @@ t.test('GET /metrics: Prometheus text with route histograms, pool gauges and dat
   t.match(text, /db_pool_connections\{state="idle"\} [1-9]/)
   t.match(text, /db_pool_connections\{state="waiting"\} 0/)
   t.match(text, /db_errors_total\{kind="query"\} 1/)
-  // Every series exists from the start, at 0, so a rate over it is defined before the first event.
   t.match(text, /db_errors_total\{kind="unavailable"\} 0/)
   t.match(text, /db_errors_total\{kind="idle_connection"\} 0/)
-  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(text, new RegExp(`requests_shed_total\\{reason="${reason}"\\} 0`))
   t.match(text, /process_resident_memory_bytes \d+/)
   t.notMatch(text, /route="\/metrics"/, 'the scrape itself is not measured')
   t.notMatch(text, /route="__unknown__"|no-such-path/, 'requests no route matched are not measured: their paths are the client\'s to choose')
   t.notMatch(text, /http_request_summary_seconds_count\{/, 'histograms only: summaries cannot be added up across replicas')
   t.equal(harness.app.metricsAddress, undefined, 'no listener of its own without METRICS_PORT')
+  // Scrapes log at warn only: a request logged after them shows theirs would have arrived by now.
+  await harness.request('/healthz')
+  await waitFor((line) => (line.req as { url?: string } | undefined)?.url === '/healthz', 'the /healthz request')
+  t.notOk(lines.some((line) => JSON.stringify(line).includes('/metrics')), 'a scrape leaves no line at info')
 })
 
 t.test('an idle pooled connection the server drops: logged as a warning, counted, and the next request is served', async (t) => {

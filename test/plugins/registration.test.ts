@@ -1,0 +1,39 @@
+// Each plugin is registered under its own name and declares the plugins it needs: registered
+// without one of them, the boot fails at once naming it (Fastify's dependency check), instead of
+// failing later on a decorator that is not there.
+import Fastify, { type FastifyPluginAsync } from 'fastify'
+import fp from 'fastify-plugin'
+import t from 'tap'
+import auth from '../../plugins/auth.js'
+import db from '../../plugins/db.js'
+import docs from '../../plugins/docs.js'
+import env from '../../plugins/env.js'
+import lifecycle from '../../plugins/lifecycle.js'
+import metrics from '../../plugins/metrics.js'
+import pressure from '../../plugins/pressure.js'
+import { build } from '../helper.js'
+
+const plugins = { auth, db, docs, env, lifecycle, metrics, pressure }
+const dependenciesOf = { db: ['env'], metrics: ['env', 'db'], pressure: ['env'] }
+
+for (const [name, dependencies] of Object.entries(dependenciesOf) as Array<[keyof typeof dependenciesOf, string[]]>) {
+  for (const missing of dependencies) {
+    t.test(`${name} registered without ${missing}: the boot fails, naming both`, async (t) => {
+      const app = Fastify({ logger: false })
+      // Fastify checks the names before the plugin runs: the others need only be there by name.
+      for (const present of dependencies.filter((dependency) => dependency !== missing)) {
+        app.register(fp(async () => {}, { name: present }))
+      }
+      app.register(plugins[name] as FastifyPluginAsync)
+      await t.rejects(async () => { await app.ready() }, {
+        code: 'FST_ERR_PLUGIN_DEPENDENCY_NOT_REGISTERED',
+        message: `The dependency '${missing}' of plugin '${name}' is not registered`
+      })
+    })
+  }
+}
+
+t.test('the app has every plugin under its own name', async (t) => {
+  const { app } = await build(t)
+  for (const name of Object.keys(plugins)) t.ok(app.hasPlugin(name), name)
+})
