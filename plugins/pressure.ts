@@ -16,10 +16,11 @@ declare module 'fastify' {
 export const exemptFromPressure = { pressureHandler: () => {} }
 
 export default fp(async function pressure (fastify) {
-  const { MAX_EVENT_LOOP_DELAY_MS } = fastify.config
+  const { MAX_EVENT_LOOP_DELAY_MS, EVENT_LOOP_SAMPLE_INTERVAL_MS } = fastify.config
   if (MAX_EVENT_LOOP_DELAY_MS === 0) return
   await fastify.register(underPressure, {
     maxEventLoopDelay: MAX_EVENT_LOOP_DELAY_MS,
+    sampleInterval: EVENT_LOOP_SAMPLE_INTERVAL_MS,
     pressureHandler: async () => { throw problems.overloaded() }
   })
 }, { name: 'pressure', dependencies: ['env'] })

@@ -65,6 +65,9 @@ const schema = {
     METRICS_PORT: { type: 'integer', minimum: 0, maximum: 65535 },
     // Above this event-loop lag, API calls are shed with 503; 0 turns shedding off.
     MAX_EVENT_LOOP_DELAY_MS: { type: 'integer', minimum: 0, default: 1000 },
+    // How often that lag is measured (its mean over the interval): a stall shorter than about the
+    // interval is averaged away; a shorter interval reacts sooner and counts shorter stalls.
+    EVENT_LOOP_SAMPLE_INTERVAL_MS: { type: 'integer', minimum: 10, maximum: 60000, default: 1000 },
     // On SIGTERM: how long readiness fails while requests are still served (for the gateway to
     // notice), and the bound on the whole shutdown after which the process exits anyway.
     SHUTDOWN_DELAY_MS: { type: 'integer', minimum: 0, default: 0 },
@@ -102,6 +105,7 @@ export interface Config {
   LOG_LEVEL: string
   TRUST_PROXY: string
   MAX_EVENT_LOOP_DELAY_MS: number
+  EVENT_LOOP_SAMPLE_INTERVAL_MS: number
   METRICS_ENABLED: boolean
   METRICS_PORT?: number
   SHUTDOWN_DELAY_MS: number

@@ -115,6 +115,7 @@ t.test('every setting unset: exactly these defaults, nothing else', async (t) =>
     TRUST_PROXY: 'false',
     METRICS_ENABLED: true,
     MAX_EVENT_LOOP_DELAY_MS: 1000,
+    EVENT_LOOP_SAMPLE_INTERVAL_MS: 1000,
     SHUTDOWN_DELAY_MS: 0,
     SHUTDOWN_TIMEOUT_MS: 10000,
     EMBEDDED_POSTGRES_PORT: 54329
@@ -136,6 +137,7 @@ t.test('whole numbers within their bounds: the bounds accepted, one past them an
     ['JWKS_FETCH_TIMEOUT_MS', [100, 60000], [99, 60001]],
     ['METRICS_PORT', [0, 65535], [-1, 65536]],
     ['MAX_EVENT_LOOP_DELAY_MS', [0], [-1]],
+    ['EVENT_LOOP_SAMPLE_INTERVAL_MS', [10, 60000], [9, 60001]],
     ['SHUTDOWN_DELAY_MS', [0, 9999], [-1]],
     ['SHUTDOWN_TIMEOUT_MS', [1000], [999]],
     ['EMBEDDED_POSTGRES_PORT', [1, 65535], [0, 65536]]
