@@ -94,3 +94,18 @@ t.test('the body rules of DELETE: not an array, empty, over 500 ids, too large, 
   t.equal((await send(JSON.stringify(['x'.repeat(300 * 1024)]))).status, 413)
   t.equal((await grantsOf()).length, 10)
 })
+
+t.test('each statement is prepared once per connection under its own name; none with DATABASE_PREPARED_STATEMENTS=false', async (t) => {
+  const historyPath = '/resources/orders-api/authorized_clients/app-a/permission_changes'
+  // One pooled connection: the one that then reads pg_prepared_statements, which is per session.
+  for (const prepared of [true, false]) {
+    const app = await build(t, { DATABASE_POOL_MAX: '1', DATABASE_PREPARED_STATEMENTS: String(prepared) })
+    await app.seed(ordersFixture())
+    t.equal((await app.request(`${ordersPath()}?sort_by=name`, { token: readToken() })).status, 200)
+    t.equal((await app.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: ['p_read_orders'] })).status, 204)
+    t.equal((await app.request(ordersPath(), { method: 'POST', token: createToken(), json: ['p_read_orders'] })).status, 204)
+    t.equal((await app.request(historyPath, { token: readToken() })).status, 200)
+    const { rows } = await app.app.db.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')
+    t.same(rows.map(({ name }) => name), prepared ? ['change history', 'grant', 'list name.asc', 'unauthorize'] : [], `prepared=${prepared}`)
+  }
+})
