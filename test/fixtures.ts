@@ -49,6 +49,10 @@ export function shelfFixture (): SeedData {
 export const ordersPath = (client = 'app-a', resource = 'orders-api') =>
   `/resources/${encodeURIComponent(resource)}/authorized_clients/${encodeURIComponent(client)}/permissions`
 
+/** The change history of a client's grants on a resource. */
+export const historyPath = (client = 'app-a', resource = 'orders-api') =>
+  `/resources/${encodeURIComponent(resource)}/authorized_clients/${encodeURIComponent(client)}/permission_changes`
+
 export interface ListedPermission { id: string, name: string, description?: string }
 export type SortKey = [keyof ListedPermission, 'asc' | 'desc']
 

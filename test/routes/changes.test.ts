@@ -7,12 +7,11 @@ import pg from 'pg'
 import t from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
 import { projectRoot } from '../../src/project-root.js'
-import { ordersFixture, ordersPath } from '../fixtures.js'
+import { historyPath, ordersFixture, ordersPath } from '../fixtures.js'
 import { build, captureLogs } from '../helper.js'
 import { readToken, token } from '../tokens.js'
 
 const harness = await build(t)
-const historyPath = (client = 'app-a', resource = 'orders-api') => `/resources/${resource}/authorized_clients/${client}/permission_changes`
 const writer = (claims: Record<string, unknown> = { sub: 'alice', client_id: 'console' }) =>
   token({ scope: 'delete:resource create:resource', ...claims })
 

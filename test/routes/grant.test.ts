@@ -1,6 +1,6 @@
 // POST: the inverse of DELETE, with the same body rules and the same 404 order.
 import t from 'tap'
-import { ordersFixture, ordersPath } from '../fixtures.js'
+import { historyPath, ordersFixture, ordersPath } from '../fixtures.js'
 import { build } from '../helper.js'
 import { deleteToken, readToken, token } from '../tokens.js'
 
@@ -96,7 +96,6 @@ t.test('the body rules of DELETE: not an array, empty, over 500 ids, too large, 
 })
 
 t.test('each statement is prepared once per connection under its own name; none with DATABASE_PREPARED_STATEMENTS=false', async (t) => {
-  const historyPath = '/resources/orders-api/authorized_clients/app-a/permission_changes'
   // One pooled connection: the one that then reads pg_prepared_statements, which is per session.
   for (const prepared of [true, false]) {
     const app = await build(t, { DATABASE_POOL_MAX: '1', DATABASE_PREPARED_STATEMENTS: String(prepared) })
@@ -104,7 +103,7 @@ t.test('each statement is prepared once per connection under its own name; none 
     t.equal((await app.request(`${ordersPath()}?sort_by=name`, { token: readToken() })).status, 200)
     t.equal((await app.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: ['p_read_orders'] })).status, 204)
     t.equal((await app.request(ordersPath(), { method: 'POST', token: createToken(), json: ['p_read_orders'] })).status, 204)
-    t.equal((await app.request(historyPath, { token: readToken() })).status, 200)
+    t.equal((await app.request(historyPath(), { token: readToken() })).status, 200)
     const { rows } = await app.app.db.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')
     t.same(rows.map(({ name }) => name), prepared ? ['change history', 'grant', 'list name.asc', 'unauthorize'] : [], `prepared=${prepared}`)
   }
