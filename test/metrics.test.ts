@@ -2,8 +2,10 @@ import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
 import t from 'tap'
 import { ordersFixture, ordersPath } from './fixtures.js'
-import { build, captureLogs } from './helper.js'
-import { readToken } from './tokens.js'
+import serviceApp from '../src/app.js'
+import { loadConfig } from '../src/config.js'
+import { build, captureLogs, createTestDatabase } from './helper.js'
+import { readToken, TEST_SECRET } from './tokens.js'
 
 t.test('GET /metrics: Prometheus text with route histograms, pool gauges and database errors', async (t) => {
   const { stream, lines, waitFor } = captureLogs()
@@ -42,6 +44,8 @@ t.test('GET /metrics: Prometheus text with route histograms, pool gauges and dat
   t.match(text, /db_errors_total\{kind="query"\} 1/)
   t.match(text, /db_errors_total\{kind="unavailable"\} 0/)
   t.match(text, /db_errors_total\{kind="idle_connection"\} 0/)
+  // A 404 problem and a 500 are errors, not overload.
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(text, new RegExp(`requests_shed_total\\{reason="${reason}"\\} 0`), `nothing shed: ${reason}`)
   t.match(text, /process_resident_memory_bytes \d+/)
   t.notMatch(text, /route="\/metrics"/, 'the scrape itself is not measured')
   t.notMatch(text, /route="__unknown__"|no-such-path/, 'requests no route matched are not measured: their paths are the client\'s to choose')
@@ -97,6 +101,13 @@ t.test('METRICS_PORT: /metrics on its own listener only; the API port answers 40
   await elsewhere.arrayBuffer()
   await harness.app.close()
   await t.rejects(fetch(`http://127.0.0.1:${address!.port}/metrics`), 'closed with the app')
+})
+
+t.test('METRICS_PORT: an app closed before it was ready (a start stopped halfway) closes without its listener', async (t) => {
+  const app = Fastify()
+  app.register(serviceApp, { config: loadConfig({ DATABASE_URL: await createTestDatabase(t), JWT_SECRET: TEST_SECRET, METRICS_PORT: '0', LOG_LEVEL: 'silent' }) })
+  await app.close()
+  t.equal(app.metricsAddress, undefined, 'never bound')
 })
 
 t.test('METRICS_PORT already in use → the start fails with the bind error', async (t) => {

@@ -40,6 +40,9 @@ t.test('each error the database or the network can give, classified: outage, ove
   t.equal(overloadReasonOf({ code: '57014' }), undefined, 'not an Error: neither')
   t.notOk(isDatabaseUnavailable({ code: 'ECONNREFUSED', message: 'Connection terminated' }), 'not an Error: neither')
   t.same(databaseErrorSummary(withCode('ECONNREFUSED', 'connect ECONNREFUSED 127.0.0.1:1')), { code: 'ECONNREFUSED', reason: 'connect ECONNREFUSED 127.0.0.1:1' })
+  // The pool's own errors carry codes too, so a log line names every kind alike.
+  t.same(databaseErrorSummary(new ConnectionWaitTimeout('busy')), { code: 'CONNECTION_WAIT_TIMEOUT', reason: 'busy' })
+  t.same(databaseErrorSummary(new DatabaseUnreachable('down')), { code: 'DATABASE_UNREACHABLE', reason: 'down' })
 })
 
 t.test('what counts as the database answering: a connection made, a query answered; answersSince waits for one', async (t) => {

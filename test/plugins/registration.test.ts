@@ -11,7 +11,10 @@ import env from '../../plugins/env.js'
 import lifecycle from '../../plugins/lifecycle.js'
 import metrics from '../../plugins/metrics.js'
 import pressure from '../../plugins/pressure.js'
+import serviceApp from '../../src/app.js'
+import { loadConfig } from '../../src/config.js'
 import { build } from '../helper.js'
+import { TEST_SECRET } from '../tokens.js'
 
 const plugins = { auth, db, docs, env, lifecycle, metrics, pressure }
 const dependenciesOf = { db: ['env'], metrics: ['env', 'db'], pressure: ['env'] }
@@ -33,7 +36,14 @@ for (const [name, dependencies] of Object.entries(dependenciesOf) as Array<[keyo
   }
 }
 
-t.test('the app has every plugin under its own name', async (t) => {
-  const { app } = await build(t)
+t.test('the app has every plugin under its own name; lag shedding off (MAX_EVENT_LOOP_DELAY_MS=0) samples nothing', async (t) => {
+  const { app } = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '0' })
   for (const name of Object.keys(plugins)) t.ok(app.hasPlugin(name), name)
+  t.notOk(app.hasPlugin('@fastify/under-pressure'), 'under-pressure is not registered')
+})
+
+t.test('given no DATABASE_URL (outside production, the embedded database fills it in first), the app does not start', async (t) => {
+  const app = Fastify({ logger: false })
+  app.register(serviceApp, { config: loadConfig({ JWT_SECRET: TEST_SECRET }) })
+  await t.rejects(async () => { await app.ready() }, { message: 'DATABASE_URL is required' })
 })
