@@ -12,7 +12,8 @@ export class DatabaseUnreachable extends Error {
   readonly code = 'DATABASE_UNREACHABLE'
 }
 
-const unavailableCodes = new Set([
+// Asked about whatever an error carries as its code: only these strings are in it.
+const unavailableCodes: ReadonlySet<unknown> = new Set([
   'DATABASE_UNREACHABLE',
   'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE', 'ENOENT',
   '57P01', '57P02', '57P03', // admin_shutdown, crash_shutdown, cannot_connect_now
@@ -28,8 +29,7 @@ const codeOf = (error: unknown) => (error as { code?: unknown } | undefined)?.co
 /** Whether an error means the database cannot be reached now, as opposed to a bug or overload. */
 export function isDatabaseUnavailable (error: unknown): boolean {
   if (!(error instanceof Error)) return false
-  const code = codeOf(error)
-  if (typeof code === 'string' && unavailableCodes.has(code)) return true
+  if (unavailableCodes.has(codeOf(error))) return true
   // pg's own words for a connection that could not be made or was lost, and for a server that did
   // not answer a query at all within query_timeout (one that is alive cancels it sooner itself).
   return /Connection terminated|Query read timeout|encountered a connection error and is not queryable/i.test(error.message)

@@ -81,7 +81,8 @@ export default fp(async function metrics (fastify) {
   if (!ownPort) return
   // Bound when the app is ready, so a port in use fails the start with its error; closed with it.
   fastify.addHook('onReady', async () => {
-    metricsServer = Fastify({ logger: false })
+    // Without a logger, Fastify's default: a scrape leaves no line.
+    metricsServer = Fastify()
     metricsServer.get('/metrics', async (_request, reply) => {
       const { register } = client
       return reply.type(register.contentType).send(await register.metrics())

@@ -3,7 +3,7 @@
 // never followed. When the provider cannot be reached, the keys it published last keep verifying,
 // and failed fetches are not retried more than once per cooldown.
 import { KeyObject } from 'node:crypto'
-import { createLocalJWKSet, createRemoteJWKSet, type JSONWebKeySet, type JWSHeaderParameters } from 'jose'
+import { createLocalJWKSet, createRemoteJWKSet, type JWSHeaderParameters } from 'jose'
 
 export interface KeySetOptions {
   /** How long fetched keys are trusted before the set is fetched again. */
@@ -29,7 +29,6 @@ export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchT
     cacheMaxAge: cacheMaxAgeMs, cooldownDuration: cooldownMs, timeoutDuration: fetchTimeoutMs
   })
   let failedAt = -Infinity
-  let fallback: { from: JSONWebKeySet, select: ReturnType<typeof createLocalJWKSet> } | undefined
   const pems = new WeakMap<object, string>()
 
   async function select (header: JWSHeaderParameters) {
@@ -41,10 +40,11 @@ export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchT
         failedAt = Date.now()
       }
     }
+    // The last key set fetched. jose hands out a copy on each call, so there is nothing to reuse
+    // across calls; fast-jwt's cache of verified tokens bounds this to one per new token.
     const cached = remote.jwks()
     if (!cached) throw new KeySetUnavailable(`the key set at ${url} cannot be fetched`)
-    if (fallback?.from !== cached) fallback = { from: cached, select: createLocalJWKSet(cached) }
-    return fallback.select(header)
+    return createLocalJWKSet(cached)(header)
   }
 
   return async function publicKeyOf (header: { alg?: string, kid?: string }): Promise<string> {

@@ -133,7 +133,7 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
       preconditionMet: row.precondition_met,
       unknownPermissionIds: row.unknown_permission_ids,
       changed: Number(row.changed),
-      ...(row.change_id === null ? {} : { changeId: row.change_id })
+      changeId: row.change_id ?? undefined
     }
   } catch (error) {
     // A connection whose transaction failed is not reused: it may be in any state.
@@ -143,11 +143,11 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
 }
 
 /** Removes grants from a client's authorization on a resource (ids not granted are no-ops). */
-export function unauthorizePermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions = {}): Promise<ChangeResult> {
+export function unauthorizePermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions): Promise<ChangeResult> {
   return changeGrants(pool, 'unauthorize', unauthorizeSql, input, options)
 }
 
 /** Grants permissions within a client's existing authorization on a resource (ids held are no-ops). */
-export function grantPermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions = {}): Promise<ChangeResult> {
+export function grantPermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions): Promise<ChangeResult> {
   return changeGrants(pool, 'grant', grantSql, input, options)
 }

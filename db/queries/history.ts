@@ -42,7 +42,7 @@ export const changeHistorySql = `
   ) c ON true
   ORDER BY c.id DESC`
 
-export async function listPermissionChanges (db: Queryable, input: ChangeHistoryInput, options: StatementOptions = {}): Promise<ChangeHistoryPage> {
+export async function listPermissionChanges (db: Queryable, input: ChangeHistoryInput, options: StatementOptions): Promise<ChangeHistoryPage> {
   const { rows } = await db.query<TargetRow & {
     has_history: boolean,
     id: string | null,

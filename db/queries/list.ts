@@ -106,7 +106,7 @@ function listStatement (sort: SortKey[]): { name: string, text: string } {
  * One page of the permissions granted to a client on a resource, the total across pages and the
  * target's existence, in one round trip. An empty page still yields one row, carrying the totals.
  */
-export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput, options: StatementOptions = {}): Promise<PermissionPage> {
+export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput, options: StatementOptions): Promise<PermissionPage> {
   const { name, text } = listStatement(input.sort)
   const { rows } = await db.query<TargetRow & { total: string, version: string | null, id: string | null, name: string, description: string | null }>(
     statement(name, text, [input.resourceId, input.clientId, input.limit, input.page], options))
@@ -116,5 +116,5 @@ export async function listGrantedPermissions (db: Queryable, input: ListGrantedP
     if (row.id === null) continue
     permissions.push(row.description === null ? { id: row.id, name: row.name } : { id: row.id, name: row.name, description: row.description })
   }
-  return { ...targetOf(first), total: Number(first.total), permissions, ...(first.version === null ? {} : { version: first.version }) }
+  return { ...targetOf(first), total: Number(first.total), permissions, version: first.version ?? undefined }
 }

@@ -10,12 +10,12 @@ export type Queryable = Pick<pg.Pool | pg.PoolClient, 'query'>
  * them (PgBouncer in transaction mode before 1.21).
  */
 export interface StatementOptions {
-  prepared?: boolean
+  prepared: boolean
   /** The DELETE's server-side bound, set in its own transaction (so it holds behind a pooler too). */
   statementTimeoutMs?: number
 }
 
-export const statement = (name: string, text: string, values: unknown[], { prepared = true }: StatementOptions) =>
+export const statement = (name: string, text: string, values: unknown[], { prepared }: StatementOptions) =>
   prepared ? { name, text, values } : { text, values }
 
 /** Default server-side bound on a statement (DATABASE_STATEMENT_TIMEOUT_MS). */

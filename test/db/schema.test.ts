@@ -549,7 +549,7 @@ t.test('the list and unauthorize statements read about one page of the client\'s
     }
   }
 
-  const page = await listGrantedPermissions(pool, { resourceId: 'api-2', clientId: 'app-042', limit: 50, page: 0, sort: [{ property: 'name', direction: 'asc' }] })
+  const page = await listGrantedPermissions(pool, { resourceId: 'api-2', clientId: 'app-042', limit: 50, page: 0, sort: [{ property: 'name', direction: 'asc' }] }, { prepared: true })
   t.equal(page.total, 1000)
   t.equal(page.permissions.length, 50)
   t.ok(page.permissions.every(({ id }) => id.startsWith('perm-2-')), 'only the permissions of the resource asked for')
