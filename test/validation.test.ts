@@ -19,3 +19,11 @@ t.test('2020-12 keywords are understood, for bodies and for URL text alike', asy
 t.test('a keyword of no dialect is refused at compile time (strict), not ignored', async (t) => {
   t.throws(() => compile({ type: 'string', minimumLength: 1 }, 'body'), /unknown keyword/)
 })
+
+t.test('x-pattern-hint, the spec\'s words for a pattern, is known to both and must be text', async (t) => {
+  for (const part of ['body', 'querystring']) {
+    const schema = { type: 'object', properties: { id: { type: 'string', pattern: '^p_', 'x-pattern-hint': 'an id starting with p_' } } }
+    t.ok(compile(schema, part)({ id: 'p_1' }), `${part}: accepted, checks nothing itself`)
+    t.throws(() => compile({ type: 'string', 'x-pattern-hint': 5 }, part), /x-pattern-hint value must be \["string"\]/, `${part}: a hint that is not text is refused`)
+  }
+})
