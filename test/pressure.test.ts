@@ -19,8 +19,18 @@ function stallEventLoop (ms: number) {
   Atomics.wait(blocked, 0, 0, ms)
 }
 
+/** The status of an API call made once a sample found the loop calm: the app's own start, or a loaded machine, lags it too. */
+async function statusOnceCalm (): Promise<number> {
+  let res
+  for (let attempt = 0; attempt < 50 && res?.status !== 200; attempt++) {
+    if (attempt > 0) await sleep(SAMPLE_INTERVAL_MS)
+    res = await harness.request(ordersPath(), { token: readToken() })
+  }
+  return res!.status
+}
+
 t.test('while the event loop lags: API calls → 503 overloaded with Retry-After; probes still answer', async (t) => {
-  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200, 'before')
+  t.equal(await statusOnceCalm(), 200, 'before')
   // under-pressure samples the lag once an interval; the request right after a stall sees it.
   let shed
   for (let attempt = 0; attempt < 5 && shed?.status !== 503; attempt++) {
@@ -40,10 +50,5 @@ t.test('while the event loop lags: API calls → 503 overloaded with Retry-After
 })
 
 t.test('once the loop is calm again, API calls are served', async (t) => {
-  let res
-  for (let attempt = 0; attempt < 50 && res?.status !== 200; attempt++) {
-    await sleep(SAMPLE_INTERVAL_MS)
-    res = await harness.request(ordersPath(), { token: readToken() })
-  }
-  t.equal(res!.status, 200)
+  t.equal(await statusOnceCalm(), 200)
 })
