@@ -104,6 +104,7 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
       // fast-jwt compares the typ header lower-cased and without "application/" (RFC 8725 §3.11).
       ...(type ? { checkTyp: type } : {}),
       // The token is read by authenticate() below; @fastify/jwt only verifies it.
+      // Stryker disable next-line OptionalChaining: jwtVerify() runs only after authenticate() matched the header
       extractToken: (request: FastifyRequest) => request.headers.authorization?.match(bearerCredentials)?.[1]
     }
   })

@@ -11,15 +11,16 @@ export function sendProblem (reply: FastifyReply, problem: Problem): FastifyRepl
     .send({ ...problem.toJSON(), request_id: reply.request.id })
 }
 
-const validationLocations: Record<string, FieldError['location']> = {
-  params: 'path', querystring: 'query', headers: 'header', body: 'body'
-}
+// Keyed by Fastify's validationContext; an error without one is the body's.
+const validationLocations: ReadonlyMap<unknown, FieldError['location']> = new Map([
+  ['params', 'path'], ['querystring', 'query'], ['headers', 'header'], ['body', 'body']
+])
 
 interface ValidationIssue {
   instancePath: string
   keyword?: string
   message?: string
-  params?: Record<string, unknown>
+  params: Record<string, unknown>
   parentSchema?: { 'x-pattern-hint'?: string }
 }
 
@@ -35,9 +36,9 @@ function messageOf (issue: ValidationIssue, location: FieldError['location']): s
 }
 
 function fieldErrors (error: FastifyError): FieldError[] {
-  const location = validationLocations[error.validationContext ?? 'body'] ?? 'body'
+  const location = validationLocations.get(error.validationContext) ?? 'body'
   return (error.validation as ValidationIssue[]).map((issue) => {
-    const missing = issue.params?.missingProperty
+    const missing = issue.params.missingProperty
     return {
       location,
       pointer: issue.instancePath + (typeof missing === 'string' ? `/${missing}` : ''),

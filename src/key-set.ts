@@ -21,7 +21,7 @@ export class KeySetUnavailable extends Error {}
 
 // jose's errors that are about the token (no or several keys for its kid, an alg no key set can
 // hold), the only ones its key selection throws besides fetch failures.
-const tokenFaults = new Set(['ERR_JWKS_NO_MATCHING_KEY', 'ERR_JWKS_MULTIPLE_MATCHING_KEYS', 'ERR_JOSE_NOT_SUPPORTED'])
+const tokenFaults: ReadonlySet<unknown> = new Set(['ERR_JWKS_NO_MATCHING_KEY', 'ERR_JWKS_MULTIPLE_MATCHING_KEYS', 'ERR_JOSE_NOT_SUPPORTED'])
 
 /** Resolves a token header's kid and alg to the PEM of the provider's matching public key. */
 export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchTimeoutMs }: KeySetOptions) {
@@ -36,7 +36,7 @@ export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchT
       try {
         return await remote(header)
       } catch (error) {
-        if (tokenFaults.has((error as { code?: string }).code ?? '')) throw error
+        if (tokenFaults.has((error as { code?: unknown }).code)) throw error
         failedAt = Date.now()
       }
     }

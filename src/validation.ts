@@ -25,7 +25,11 @@ function textValidator (schema: Record<string, unknown>) {
     for (const name of integers) {
       const value = data[name]
       if (typeof value === 'string' && !decimalInteger.test(value)) {
-        validateText.errors = [{ instancePath: `/${name}`, schemaPath: '', keyword: 'type', message: 'must be integer', params: {} }]
+        validateText.errors = [{
+          instancePath: `/${name}`, message: 'must be integer', params: {},
+          // Stryker disable next-line StringLiteral: Ajv's error type requires them; for a part of the URL the problem shows only the pointer and the message
+          schemaPath: '', keyword: 'type'
+        }]
         return false
       }
     }

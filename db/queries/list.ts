@@ -24,7 +24,11 @@ export interface PermissionPage extends Target {
 // A grant carries its permission's name (migration 0002) and description (0003): no order joins.
 const grantColumns: Record<SortProperty, string> = { id: 'permission_id', name: 'permission_name', description: 'permission_description' }
 const pageColumns: Record<SortProperty, string> = { id: 'page.id', name: 'page.name', description: 'page.description' }
-const directions: Record<SortDirection, string> = { asc: 'ASC', desc: 'DESC' }
+const directions: Record<SortDirection, string> = {
+  // Stryker disable next-line StringLiteral: ascending is ORDER BY's default, so an empty direction orders the same
+  asc: 'ASC',
+  desc: 'DESC'
+}
 const reversed: Record<SortDirection, SortDirection> = { asc: 'desc', desc: 'asc' }
 
 /**

@@ -37,5 +37,6 @@ export function targetOf (row: TargetRow): Target {
 
 /** Answers when the database can run a query. */
 export async function ping (db: Queryable): Promise<void> {
+  // Stryker disable next-line StringLiteral: an empty query is a round trip too (EmptyQueryResponse)
   await db.query('SELECT 1')
 }
