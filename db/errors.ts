@@ -24,7 +24,7 @@ const unavailableCodes: ReadonlySet<unknown> = new Set([
 const STATEMENT_TIMEOUT = '57014'
 const TOO_MANY_CONNECTIONS = '53300'
 
-const codeOf = (error: unknown) => (error as { code?: unknown } | undefined)?.code
+const codeOf = (error: Error) => (error as Error & { code?: unknown }).code
 
 /** Whether an error means the database cannot be reached now, as opposed to a bug or overload. */
 export function isDatabaseUnavailable (error: unknown): boolean {

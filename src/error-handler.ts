@@ -11,9 +11,9 @@ export function sendProblem (reply: FastifyReply, problem: Problem): FastifyRepl
     .send({ ...problem.toJSON(), request_id: reply.request.id })
 }
 
-// Keyed by Fastify's validationContext; an error without one is the body's.
+// Keyed by Fastify's validationContext; any other error, or one without a context, is the body's.
 const validationLocations: ReadonlyMap<unknown, FieldError['location']> = new Map([
-  ['params', 'path'], ['querystring', 'query'], ['headers', 'header'], ['body', 'body']
+  ['params', 'path'], ['querystring', 'query'], ['headers', 'header']
 ])
 
 interface ValidationIssue {
