@@ -26,9 +26,13 @@ function textValidator (schema: Record<string, unknown>) {
       const value = data[name]
       if (typeof value === 'string' && !decimalInteger.test(value)) {
         validateText.errors = [{
-          instancePath: `/${name}`, message: 'must be integer', params: {},
-          // Stryker disable next-line StringLiteral: Ajv's error type requires them; for a part of the URL the problem shows only the pointer and the message
-          schemaPath: '', keyword: 'type'
+          instancePath: `/${name}`,
+          message: 'must be integer',
+          params: {},
+          // Stryker disable next-line StringLiteral: Ajv's error type requires it; for a part of the URL the problem shows only the pointer and the message
+          schemaPath: '',
+          // Stryker disable next-line StringLiteral: as schemaPath's
+          keyword: 'type'
         }]
         return false
       }
