@@ -27,6 +27,10 @@ export interface AuthOptions {
   audiences: readonly string[]
   /** The typ header tokens must carry (lower case, without "application/"), when set. */
   type?: string
+  /** The claims that carry scopes, in order: the first one a token carries is its scopes. */
+  scopeClaims: readonly string[]
+  /** The longest lifetime a token may have, in seconds; undefined: any. */
+  maxLifetimeS?: number
 }
 
 /**

@@ -10,7 +10,7 @@ import env from '../plugins/env.js'
 import lifecycle from '../plugins/lifecycle.js'
 import metrics from '../plugins/metrics.js'
 import pressure from '../plugins/pressure.js'
-import { audiencesOf, type Config, jwksOverNetworkHttp, jwtKeyOf, tokenTypeOf } from './config.js'
+import { audiencesOf, type Config, jwksOverNetworkHttp, jwtKeyOf, scopeClaimsOf, tokenTypeOf } from './config.js'
 import { operations } from './generated/operations.js'
 import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler } from './error-handler.js'
@@ -93,7 +93,12 @@ async function app (fastify: FastifyInstance, { config }: AppOptions) {
   // After shedding and the metrics timer: an overloaded replica answers 503 before verifying a
   // signature, and 401s are measured. Its hook covers every route all the same.
   await fastify.register(auth, {
-    key: jwtKey, issuer: config.JWT_ISSUER, audiences: audiencesOf(config), type: tokenTypeOf(config)
+    key: jwtKey,
+    issuer: config.JWT_ISSUER,
+    audiences: audiencesOf(config),
+    type: tokenTypeOf(config),
+    scopeClaims: scopeClaimsOf(config),
+    maxLifetimeS: config.JWT_MAX_LIFETIME_S
   })
 
   await fastify.register(healthRoutes)

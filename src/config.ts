@@ -11,6 +11,9 @@ const schema = {
     NODE_ENV: { type: 'string', default: 'development' },
     HOST: { type: 'string', minLength: 1, default: '127.0.0.1' },
     PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000 },
+    // How long a request (headers and body) may take to arrive before it is answered 408 and its
+    // connection closed: a body sent a byte at a time must not hold a connection for ever.
+    REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 600000, default: 30000 },
     DATABASE_URL: { type: 'string', pattern: '^postgres(ql)?://' },
     DATABASE_POOL_MAX: { type: 'integer', minimum: 1, maximum: 1000, default: 10 },
     // How long a request waits for a database connection (a free pooled one, or a new one) before
@@ -56,6 +59,13 @@ const schema = {
     // The typ header tokens must carry (at+jwt, RFC 9068 §2.1): off unless set, because several
     // identity providers do not set it. Compared case-insensitively, "application/" optional.
     JWT_TYPE: { type: 'string', pattern: '^([Aa][Pp][Pp][Ll][Ii][Cc][Aa][Tt][Ii][Oo][Nn]/)?[A-Za-z0-9!#$&^_.+-]+$' },
+    // Which claims carry the token's scopes, space-separated, from scope, scp and permissions: the
+    // first of them the token carries is its scopes, and no later one widens them. scope (RFC 9068),
+    // when listed, comes first. Auth0 RBAC's permissions claim: JWT_SCOPE_CLAIMS=permissions.
+    JWT_SCOPE_CLAIMS: { type: 'string', pattern: '^ *(scope|scp|permissions)( +(scp|permissions))* *$', default: 'scope scp' },
+    // The longest lifetime (exp − iat, or exp − now without iat) a token may have, in seconds;
+    // unset: any.
+    JWT_MAX_LIFETIME_S: { type: 'integer', minimum: 1, maximum: 31536000 },
     LOG_LEVEL: { type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
     // Behind the API gateway: "true", or the gateway's addresses (comma-separated).
     TRUST_PROXY: { type: 'string', default: 'false' },
@@ -82,6 +92,7 @@ export interface Config {
   NODE_ENV: string
   HOST: string
   PORT: number
+  REQUEST_TIMEOUT_MS: number
   DATABASE_URL?: string
   DATABASE_POOL_MAX: number
   DATABASE_CONNECTION_WAIT_MS: number
@@ -102,6 +113,8 @@ export interface Config {
   JWT_ISSUER?: string
   JWT_AUDIENCE?: string
   JWT_TYPE?: string
+  JWT_SCOPE_CLAIMS: string
+  JWT_MAX_LIFETIME_S?: number
   LOG_LEVEL: string
   TRUST_PROXY: string
   MAX_EVENT_LOOP_DELAY_MS: number
@@ -178,6 +191,11 @@ export function loadStartupConfig (env: Record<string, string | undefined> = pro
 /** JWT_AUDIENCE's values: comma-separated, blanks around them ignored. */
 export function audiencesOf (config: Pick<Config, 'JWT_AUDIENCE'>): string[] {
   return (config.JWT_AUDIENCE ?? '').split(',').map((value) => value.trim()).filter(Boolean)
+}
+
+/** JWT_SCOPE_CLAIMS's claims, in order. */
+export function scopeClaimsOf (config: Pick<Config, 'JWT_SCOPE_CLAIMS'>): string[] {
+  return config.JWT_SCOPE_CLAIMS.split(' ').filter(Boolean)
 }
 
 /** JWT_TYPE as fast-jwt compares it: lower case, without "application/". */
