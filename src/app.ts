@@ -34,9 +34,19 @@ export function serverOptions (config: Config): FastifyHttpOptions<Server> {
     genReqId: requestIdOf,
     // DELETE bodies above this are refused with 413.
     bodyLimit: 256 * 1024,
-    // Room for a large (or hostile, 100 KB) token to reach authentication and get a proper 401;
-    // Node's default of 16 KiB would answer 431 first.
-    http: { maxHeaderSize: 128 * 1024 },
+    // A request, headers and body, must arrive within REQUEST_TIMEOUT_MS, or it is answered 408
+    // and its connection closed (clientErrorHandler): a body sent a byte at a time holds no
+    // connection for ever. Node's default is no bound on the body and 60 s on the headers.
+    requestTimeout: config.REQUEST_TIMEOUT_MS,
+    http: {
+      // Room for a large (or hostile, 100 KB) token to reach authentication and get a proper 401;
+      // Node's default of 16 KiB would answer 431 first.
+      maxHeaderSize: 128 * 1024,
+      headersTimeout: Math.min(60_000, config.REQUEST_TIMEOUT_MS),
+      // How often Node looks for requests past their time: every second, not every 30 s (its
+      // default), so a request is timed out within a second of its bound.
+      connectionsCheckingInterval: 1000
+    },
     // The router's default of 100 would answer a long id with 404 before auth and validation;
     // any id that fits in a request line reaches the schema's maxLength instead.
     routerOptions: { maxParamLength: 16 * 1024 },

@@ -7,6 +7,9 @@ import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
 import { type FieldError, OVERLOADED, Problem, PROBLEM_CONTENT_TYPE, problems, statusPhrase } from './problems.js'
 
 export function sendProblem (reply: FastifyReply, problem: Problem): FastifyReply {
+  // Answered before its body arrived (401, 403, 405, 413, 415...): the connection is closed rather
+  // than kept reading a body nobody will use, which a slow sender could stretch for ever.
+  if (!reply.request.raw.complete) reply.header('connection', 'close')
   return reply.code(problem.status).headers(problem.headers).type(PROBLEM_CONTENT_TYPE)
     .send({ ...problem.toJSON(), request_id: reply.request.id })
 }
@@ -67,10 +70,12 @@ export function toProblem (error: FastifyError, request?: FastifyRequest): Probl
   if (known) return known(error)
   // JSON.parse and secure-json-parse reject bad JSON and __proto__ keys with a 400 SyntaxError.
   if (error instanceof SyntaxError && error.statusCode === 400) return problems.malformedBody(`The body is not valid JSON; send ${EXPECTED_BODY}.`)
-  if (isDatabaseUnavailable(error)) return problems.databaseUnavailable()
-  if (overloadReasonOf(error)) return problems.overloaded()
+  // Fastify marks errors of the request itself 4xx, such as a body whose connection was closed
+  // (ECONNRESET, a request timed out): the client's doing, never taken for the database's.
   const status = error.statusCode ?? 500
   if (status >= 400 && status < 500) return new Problem({ status, detail: STATUS_CODES[status] ?? 'Bad request' })
+  if (isDatabaseUnavailable(error)) return problems.databaseUnavailable()
+  if (overloadReasonOf(error)) return problems.overloaded()
   return problems.internal()
 }
 
@@ -90,6 +95,12 @@ export function errorHandler (error: FastifyError, request: FastifyRequest, repl
 export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket): void {
   // A reset connection has no one left to answer.
   if (error.code === 'ECONNRESET' || socket.destroyed) return
+  // A response already under way on this connection (a request timed out after its answer began):
+  // another status line would corrupt it, so the connection is only closed.
+  if ((socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) {
+    socket.destroy()
+    return
+  }
   const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
   const detail = status === 431
     ? 'The request headers are larger than the server accepts.'

@@ -273,7 +273,7 @@ t.test('frameworkErrors: a broken percent-encoding is a 400 of its own; other ro
   t.equal(other.json().detail, 'There is nothing at this URL.')
 
   lines.length = 0
-  const reply = { code: () => reply, headers: () => reply, type: () => reply, send: (body: unknown) => body, request: { id: 'r1' } }
+  const reply = { code: () => reply, headers: () => reply, type: () => reply, send: (body: unknown) => body, request: { id: 'r1', raw: { complete: true } } }
   const logged: unknown[] = []
   const request = { log: { info: (...args: unknown[]) => logged.push(args) } }
   const body = frameworkErrors(fastifyError({ code: 'FST_ERR_ASYNC_CONSTRAINT', statusCode: 500 }),
