@@ -88,6 +88,16 @@ const schema = {
 
 const KEY_SOURCES = ['JWKS_URL', 'JWT_PUBLIC_KEY', 'JWT_SECRET'] as const
 
+// HS256 secrets that have been written in this repository (a compose default, CI and test
+// fixtures, now all gone or made at run time): anyone who has read it can sign tokens with them,
+// so production refuses them. test/config.test.ts fails when the repository names one not listed.
+export const PUBLISHED_SECRETS: ReadonlySet<string> = new Set([
+  'compose-local-only-secret-change-me-0123456789',
+  'runtime-check-secret-0123456789abcdef',
+  'test-secret-that-is-at-least-32-characters-long',
+  'another-secret-that-is-also-32-characters-or-more'
+])
+
 export interface Config {
   NODE_ENV: string
   HOST: string
@@ -175,6 +185,11 @@ export function assertProductionReady (config: Config): void {
   if (!jwtKeyOf(config)) refuse('one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET')
   if (!config.JWT_ISSUER) refuse('JWT_ISSUER')
   if (!config.JWT_AUDIENCE) refuse('JWT_AUDIENCE')
+  // At least 32 characters is the schema's rule everywhere (RFC 7518 §3.2); production also
+  // refuses a secret anyone can read.
+  if (config.JWT_SECRET !== undefined && PUBLISHED_SECRETS.has(config.JWT_SECRET)) {
+    throw new Error(`Refusing to start: JWT_SECRET is a secret published in this repository; make one of your own (openssl rand -base64 32) (NODE_ENV=${config.NODE_ENV}).`)
+  }
 }
 
 /**

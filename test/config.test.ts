@@ -1,8 +1,12 @@
 // src/config.ts's production rules, in-process (test/server.test.ts starts a real process with one).
-import { generateKeyPairSync, type KeyObject } from 'node:crypto'
+import { execFileSync } from 'node:child_process'
+import { generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import t from 'tap'
-import { assertProductionReady, audiencesOf, type Config, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, loadStartupConfig, tokenTypeOf } from '../src/config.js'
+import { assertProductionReady, audiencesOf, type Config, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, loadStartupConfig, PUBLISHED_SECRETS, tokenTypeOf } from '../src/config.js'
 import { withLocalDefaults } from '../src/local-dev.js'
+import { projectRoot } from '../src/project-root.js'
 import { ecKeyPair, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, rsaKeyPair, TEST_SECRET } from './tokens.js'
 
 const unreachable = 'postgres://u@127.0.0.1:1/db'
@@ -220,4 +224,28 @@ t.test('locally nothing more is required to start; each key source pins its algo
     t.throws(() => jwtKeyOf(loadConfig({ JWT_PUBLIC_KEY: publicKey })),
       /^Invalid configuration: JWT_PUBLIC_KEY must be an RSA key \(RS256\) or a P-256 EC key \(ES256\)$/, label)
   }
+})
+
+t.test('production refuses every HS256 secret written in this repository, in one line; a secret of one\'s own starts', async (t) => {
+  // Long literals on any line of a tracked file that speaks of a secret: all must be on the list.
+  const files = execFileSync('git', ['ls-files', '-z'], { cwd: projectRoot, encoding: 'utf8' }).split('\0')
+    .filter((file) => file && !/\.(png|jpe?g)$|package-lock\.json$/.test(file))
+  const written = new Set<string>()
+  for (const file of files) {
+    for (const line of readFileSync(join(projectRoot, file), 'utf8').split('\n')) {
+      if (!/secret/i.test(line)) continue
+      for (const [, literal] of line.matchAll(/(?:['"=]|:-)([A-Za-z0-9_.+/~-]{32,})/g)) written.add(literal)
+    }
+  }
+  t.ok(written.size >= 1, `found ${written.size}`)
+  for (const literal of written) t.ok(PUBLISHED_SECRETS.has(literal), `${literal} is on the list`)
+  const deployed = { ...production, DATABASE_URL: 'postgres://db/x' }
+  for (const published of PUBLISHED_SECRETS) {
+    t.throws(() => loadStartupConfig({ ...deployed, JWT_SECRET: published }), {
+      message: 'Refusing to start: JWT_SECRET is a secret published in this repository; make one of your own (openssl rand -base64 32) (NODE_ENV=production).'
+    }, published)
+    t.doesNotThrow(() => loadStartupConfig({ JWT_SECRET: published }), 'outside production it is only a local key')
+  }
+  t.doesNotThrow(() => loadStartupConfig({ ...deployed, JWT_SECRET: randomBytes(32).toString('base64') }))
+  t.throws(() => loadStartupConfig({ ...deployed, JWT_SECRET: 'é'.repeat(31) }), /JWT_SECRET must NOT have fewer than 32 characters/)
 })

@@ -1,9 +1,11 @@
 // Real signed JWTs for the tests: HS256 with the test secret, RS256 and ES256 with key pairs made
 // here, and hand-built hostile tokens.
-import { createHmac, generateKeyPairSync, type KeyPairSyncResult } from 'node:crypto'
+import { createHmac, generateKeyPairSync, type KeyPairSyncResult, randomBytes } from 'node:crypto'
 import { createSigner } from 'fast-jwt'
 
-export const TEST_SECRET = 'test-secret-that-is-at-least-32-characters-long'
+// Made for each test process, never written down: production refuses every secret published in
+// this repository (src/config.ts), and the servers the tests start in production mode get this one.
+export const TEST_SECRET = randomBytes(32).toString('base64url')
 type PemKeyPair = KeyPairSyncResult<string, string>
 
 /** Made on first use: an RSA key costs a test process about half a second, and most sign HS256 only. */
