@@ -1,6 +1,7 @@
 // npm run -s db:prune-changes -- --older-than DAYS: deletes the change history recorded more than DAYS
 // days ago (retention: README), on DATABASE_URL or the local embedded database. Run it from a
-// scheduler (a Kubernetes CronJob, cron); the service never deletes history by itself.
+// scheduler (a Kubernetes CronJob, cron); the service never deletes history by itself. The only way
+// history is deleted: the database refuses any other DELETE of it (migration 0006, pruneChanges).
 import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { pruneChanges } from '../db/queries/history.js'

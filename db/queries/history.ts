@@ -1,4 +1,5 @@
-// The change history (migration 0005): read a page of it, prune it.
+// The change history (migration 0005, append-only since 0006): read a page of it, prune it.
+import type pg from 'pg'
 import { type Queryable, type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
 
 export interface PermissionChange {
@@ -69,8 +70,24 @@ export async function listPermissionChanges (db: Queryable, input: ChangeHistory
   return { ...targetOf(rows[0]), hasHistory: rows[0].has_history, changes: changes.slice(0, input.limit), more }
 }
 
-/** Deletes the changes recorded more than `days` days ago; returns how many. */
-export async function pruneChanges (db: Queryable, days: number): Promise<number> {
-  const { rowCount } = await db.query('DELETE FROM permission_changes WHERE at < now() - make_interval(days => $1)', [days])
-  return rowCount ?? 0
+/**
+ * Deletes the changes recorded more than `days` days ago; returns how many. The history is
+ * append-only (migration 0006): its triggers let a DELETE through only in a transaction that sets
+ * client_permissions.prune_changes, and only of the oldest changes, none recorded within a day
+ * (fewer than 1 day fails with SQLSTATE PH001 and deletes nothing). SET LOCAL: the flag ends with
+ * the transaction, so the pooled connection goes back without it.
+ */
+export async function pruneChanges (pool: pg.Pool, days: number): Promise<number> {
+  const client = await pool.connect()
+  try {
+    await client.query("BEGIN; SET LOCAL client_permissions.prune_changes = 'on'")
+    const { rowCount } = await client.query('DELETE FROM permission_changes WHERE at < now() - make_interval(days => $1)', [days])
+    await client.query('COMMIT')
+    client.release()
+    return rowCount ?? 0
+  } catch (error) {
+    // A connection whose transaction failed is not reused: it may be in any state.
+    client.release(error as Error)
+    throw error
+  }
 }

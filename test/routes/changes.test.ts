@@ -8,17 +8,19 @@ import t from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
 import { projectRoot } from '../../src/project-root.js'
 import { historyPath, ordersFixture, ordersPath } from '../fixtures.js'
-import { build, captureLogs } from '../helper.js'
+import { build, captureLogs, type Harness } from '../helper.js'
 import { readToken, token } from '../tokens.js'
 
-const harness = await build(t)
 const writer = (claims: Record<string, unknown> = { sub: 'alice', client_id: 'console' }) =>
   token({ scope: 'delete:resource create:resource', ...claims })
 
 interface Change { id: string, at: string, action: string, permission_ids: string[], actor: Record<string, string>, request_id: string }
 
-t.beforeEach(async () => {
-  await harness.db.query('TRUNCATE resources, clients, permission_changes CASCADE')
+// Each test on a database of its own: the history is append-only (migration 0006), so it cannot be
+// emptied between tests.
+let harness: Harness
+t.beforeEach(async (t) => {
+  harness = await build(t)
   await harness.seed(ordersFixture())
 })
 
@@ -153,18 +155,21 @@ t.test('each change is announced at commit on the permission_changes channel, wi
 })
 
 t.test('pruning: changes older than the given age go, newer ones stay; the command says how many', async (t) => {
-  await change('DELETE', ['p_read_orders'])
-  await change('DELETE', ['p_create_orders'])
-  await harness.db.query("UPDATE permission_changes SET at = now() - interval '40 days' WHERE permission_ids = '{p_read_orders}'")
+  // The history cannot be aged by an UPDATE (migration 0006): the older changes are recorded so.
+  await harness.db.query(`
+    INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id) VALUES
+      (now() - interval '40 days', 'orders-api', 'app-a', 'unauthorized', '{p_read_orders}', 'req-40'),
+      (now() - interval '2 days', 'orders-api', 'app-a', 'unauthorized', '{p_create_orders}', 'req-2')`)
+  await change('DELETE', ['p_update_orders'])
   t.equal(await pruneChanges(harness.db, 60), 0)
   t.equal(await pruneChanges(harness.db, 30), 1)
-  t.same((await history()).changes.map((recorded) => recorded.permission_ids), [['p_create_orders']])
-  await harness.db.query('UPDATE permission_changes SET at = now() - interval \'2 days\'')
+  t.same((await history()).changes.map((recorded) => recorded.permission_ids), [['p_update_orders'], ['p_create_orders']])
   const databaseUrl = (harness.db as unknown as { options: { connectionString: string } }).options.connectionString
   const run = promisify(execFile)
   const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
   const { stdout } = await run(tsx, [join(projectRoot, 'scripts', 'db-prune-changes.ts'), '--older-than', '1'], { env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl } })
   t.equal(stdout.trim(), 'Pruned 1 change recorded more than 1 day ago.')
+  t.same((await history()).changes.map((recorded) => recorded.permission_ids), [['p_update_orders']], 'today\'s change stays')
   const refused = await run(tsx, [join(projectRoot, 'scripts', 'db-prune-changes.ts'), '--older-than', '0'], { env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl } })
     .catch((error: { code: number, stderr: string }) => error)
   t.match(refused, { code: 2, stderr: /--older-than must be a whole number of days, at least 1/ })
