@@ -57,17 +57,28 @@ const TOKEN_CACHE_TTL_MS = 60_000
 // RFC 6750 §2.1: the scheme is case-insensitive; the token is a b64token.
 const bearerCredentials = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i
 
-/** Scopes granted by a token: `scope` (RFC 9068, space-delimited), `scp` and `permissions`. */
-export function grantedScopes (claims: Record<string, unknown>): Set<string> {
-  const scopes = new Set<string>()
-  const add = (value: unknown) => {
-    if (typeof value === 'string') for (const scope of value.split(' ')) { if (scope) scopes.add(scope) }
-    else if (Array.isArray(value)) for (const scope of value) { if (typeof scope === 'string') scopes.add(scope) }
+// The claims that may carry scopes, as JWT_SCOPE_CLAIMS names them.
+const SCOPE_CLAIMS: ReadonlySet<string> = new Set(['scope', 'scp', 'permissions'])
+const NO_SCOPES: ReadonlySet<string> = new Set()
+
+/**
+ * Scopes granted by a token: those of the first of `scopeClaims` it carries, and no later claim's
+ * (Auth0's `permissions` would otherwise widen the `scope` a client asked to narrow). `scope` is a
+ * space-delimited string (RFC 9068), `scp` one or an array, `permissions` an array. A claim carried
+ * in another shape (`scope: 123`) grants nothing and still ends the search: a malformed claim must
+ * not hand the decision to a wider one.
+ */
+export function grantedScopes (claims: Record<string, unknown>, scopeClaims: readonly string[]): ReadonlySet<string> {
+  for (const claim of scopeClaims) {
+    const value = claims[claim]
+    if (value === undefined) continue
+    const scopes = new Set<string>()
+    // A string for scope, an array for permissions, either for scp.
+    if (typeof value === 'string' && claim !== 'permissions') for (const scope of value.split(' ')) { if (scope) scopes.add(scope) }
+    else if (Array.isArray(value) && claim !== 'scope') for (const scope of value) { if (typeof scope === 'string') scopes.add(scope) }
+    return scopes
   }
-  if (typeof claims.scope === 'string') add(claims.scope)
-  add(claims.scp)
-  if (Array.isArray(claims.permissions)) add(claims.permissions)
-  return scopes
+  return NO_SCOPES
 }
 
 function invalidTokenDescription (error: unknown): string {
@@ -83,14 +94,17 @@ function fromKeySet (publicKeyOf: ReturnType<typeof keySetResolver>) {
   return async (_request: FastifyRequest, token: TokenOrHeader) => publicKeyOf('header' in token ? token.header : token)
 }
 
-export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audiences, type }) {
+export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audiences, type, scopeClaims, maxLifetimeS }) {
+  // grantedScopes would read any other claim in every shape: refused at start rather than guessed at.
+  const unknownClaim = scopeClaims.find((claim) => !SCOPE_CLAIMS.has(claim))
+  if (unknownClaim !== undefined) throw new Error(`${unknownClaim} cannot carry scopes (only ${[...SCOPE_CLAIMS].join(', ')})`)
   const audience = audiences.length > 0 ? [...audiences] : undefined
   await fastify.register(fastifyJwt, {
     secret: key.kind === 'secret'
       ? key.secret
       : key.kind === 'public-key'
         ? { public: key.publicKey }
-        : fromKeySet(keySetResolver(key.url, key)),
+        : fromKeySet(keySetResolver(key.url, key, fastify.log)),
     // A key function sees the token's header only when the token is decoded whole.
     decode: { complete: true },
     verify: {
@@ -129,7 +143,15 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
       if (typeof claims.iat !== 'number') throw problems.invalidToken('The access token is invalid')
       if (claims.iat * 1000 > Date.now() + CLOCK_TOLERANCE_MS) throw problems.invalidToken('The access token was issued in the future')
     }
-    const granted = grantedScopes(claims)
+    // A leaked token is good for its whole lifetime. Without iat it is counted from now, on this
+    // service's clock: hence the same tolerance as exp and nbf get. fast-jwt checked exp is a number.
+    if (maxLifetimeS !== undefined) {
+      const issuedAtMs = typeof claims.iat === 'number' ? claims.iat * 1000 : Date.now()
+      if ((claims.exp as number) * 1000 - issuedAtMs > maxLifetimeS * 1000 + CLOCK_TOLERANCE_MS) {
+        throw problems.invalidToken('The access token lives longer than this service accepts')
+      }
+    }
+    const granted = grantedScopes(claims, scopeClaims)
     if (!scopes.every((scope) => granted.has(scope))) throw problems.insufficientScope(scopes)
   }
 

@@ -1,7 +1,7 @@
 // The identity provider's JSON Web Key Set (JWKS_URL), through jose's remote key set: keys cached,
 // chosen by the token's kid and alg. Only JWKS_URL is ever fetched: jku, x5u and jwk headers are
 // never followed. When the provider cannot be reached, the keys it published last keep verifying,
-// and failed fetches are not retried more than once per cooldown.
+// failed fetches are not retried more than once per cooldown, and each is logged with its reason.
 import { KeyObject } from 'node:crypto'
 import { createLocalJWKSet, createRemoteJWKSet, type JWSHeaderParameters } from 'jose'
 
@@ -16,6 +16,11 @@ export interface KeySetOptions {
   fetchTimeoutMs: number
 }
 
+/** Where a failed fetch is reported: the service's logger (pino) fits. */
+export interface KeySetLog {
+  warn: (details: Record<string, unknown>, message: string) => void
+}
+
 /** The provider could not be reached and no key set was ever fetched: not the token's fault. */
 export class KeySetUnavailable extends Error {}
 
@@ -23,12 +28,32 @@ export class KeySetUnavailable extends Error {}
 // hold), the only ones its key selection throws besides fetch failures.
 const tokenFaults: ReadonlySet<unknown> = new Set(['ERR_JWKS_NO_MATCHING_KEY', 'ERR_JWKS_MULTIPLE_MATCHING_KEYS', 'ERR_JOSE_NOT_SUPPORTED'])
 
+/**
+ * Why a fetch failed, for a log line: the messages down the error's causes (fetch says only "fetch
+ * failed"; its cause names the address and the reason) and the first code among them.
+ */
+function fetchFailureOf (error: unknown): { reason: string, code?: string } {
+  const messages: string[] = []
+  let code: string | undefined
+  let cause = error
+  // fetch and jose nest two deep; a cause chain is data, and may loop.
+  for (let level = 0; level < 3 && cause instanceof Object; level++) {
+    const { message, code: causeCode, cause: next } = cause as { message?: unknown, code?: unknown, cause?: unknown }
+    if (typeof message === 'string' && message !== '') messages.push(message)
+    if (typeof causeCode === 'string') code ??= causeCode
+    cause = next
+  }
+  // pino leaves an undefined code out of the line.
+  return { reason: messages.join(': ') || String(error), code }
+}
+
 /** Resolves a token header's kid and alg to the PEM of the provider's matching public key. */
-export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchTimeoutMs }: KeySetOptions) {
+export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchTimeoutMs }: KeySetOptions, log: KeySetLog) {
   const remote = createRemoteJWKSet(new URL(url), {
     cacheMaxAge: cacheMaxAgeMs, cooldownDuration: cooldownMs, timeoutDuration: fetchTimeoutMs
   })
   let failedAt = -Infinity
+  let lastFailure: unknown
   const pems = new WeakMap<object, string>()
 
   async function select (header: JWSHeaderParameters) {
@@ -38,6 +63,10 @@ export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchT
       } catch (error) {
         if (tokenFaults.has((error as { code?: unknown }).code)) throw error
         failedAt = Date.now()
+        // Requests that waited on the same fetch share its error: one line per failed fetch, so at
+        // most one per cooldown. Only the header's kid and alg ever reach here, never the token.
+        if (error !== lastFailure) log.warn({ url, ...fetchFailureOf(error) }, 'the key set could not be fetched')
+        lastFailure = error
       }
     }
     // The last key set fetched. jose hands out a copy on each call, so there is nothing to reuse

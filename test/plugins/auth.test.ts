@@ -1,16 +1,17 @@
-import { generateKeyPairSync } from 'node:crypto'
+import { generateKeyPairSync, randomBytes } from 'node:crypto'
 import { createSigner } from 'fast-jwt'
+import Fastify from 'fastify'
 import t, { type Test } from 'tap'
 import type { ObservedResponse } from '../contract.js'
 import { ordersFixture, ordersPath } from '../fixtures.js'
-import { actorOf } from '../../plugins/auth.js'
+import auth, { actorOf } from '../../plugins/auth.js'
 import { build, type Harness } from '../helper.js'
 import { craftedToken, ecKeyPair, inOneMinute, now, readToken, rsaKeyPair, TEST_SECRET, token } from '../tokens.js'
 
 const harness = await build(t)
 await harness.seed(ordersFixture())
 
-const OTHER_SECRET = 'another-secret-that-is-also-32-characters-or-more'
+const OTHER_SECRET = randomBytes(32).toString('base64url')
 const ISSUER = 'https://issuer.example/'
 const AUDIENCE = 'client-permissions-service'
 
@@ -298,7 +299,7 @@ t.test('JWT_ISSUER and JWT_AUDIENCE not set: any iss and aud, or none → 200', 
   }
 })
 
-t.test('scopes granted by scope (space-delimited string), scp (array or string) or permissions (array) → 200', async (t) => {
+t.test('by default (JWT_SCOPE_CLAIMS "scope scp") scopes come from scope (space-delimited) or, without it, scp (array or string) → 200', async (t) => {
   const grants: Array<Record<string, unknown>> = [
     { scope: 'read:resource' },
     { scope: 'openid read:resource profile' },
@@ -307,8 +308,8 @@ t.test('scopes granted by scope (space-delimited string), scp (array or string) 
     { scp: ['openid', 'read:resource'] },
     { scp: 'read:resource' },
     { scp: 'openid read:resource' },
-    { permissions: ['read:resource'] },
-    { scope: 'openid', permissions: ['read:resource'] }
+    { scope: 'read:resource', scp: ['openid'] },
+    { scope: 'read:resource', permissions: [] }
   ]
   for (const claims of grants) {
     const res = await get(bearer(token(claims)))
@@ -357,6 +358,103 @@ t.test('DELETE needs delete:resource: a read token → 403 scope="delete:resourc
   const allowed = await attempt(`Bearer ${token({ scope: 'read:resource delete:resource' })}`)
   t.equal(allowed.status, 204)
   t.equal(await grantCount(), before - 1)
+})
+
+t.test('permissions never widens scope by default: scope read:resource with permissions delete:resource → DELETE 403, nothing removed', async (t) => {
+  const before = await grantCount()
+  const narrowed = token({ scope: 'read:resource', permissions: ['delete:resource', 'read:resource'] })
+  const res = await harness.request(ordersPath(), { method: 'DELETE', json: ['p_update_orders'], token: narrowed })
+  isInsufficientScope(t, res, 'delete:resource', 'DELETE')
+  t.equal(await grantCount(), before, 'no grant was removed')
+  t.equal((await get(bearer(narrowed))).status, 200, 'what scope grants still works')
+})
+
+t.test('a token that carries scope is judged by scope alone: scp or permissions holding the scope → 403; permissions is not read by default', async (t) => {
+  const lacking: Array<Record<string, unknown>> = [
+    { scope: 'openid', scp: ['read:resource'] },
+    { scope: 'openid', scp: 'read:resource' },
+    { scope: 'openid', permissions: ['read:resource'] },
+    { scope: '', scp: ['read:resource'] },
+    { permissions: ['read:resource'] }
+  ]
+  for (const claims of lacking) {
+    isInsufficientScope(t, await get(bearer(token(claims))), 'read:resource', JSON.stringify(claims))
+  }
+})
+
+t.test('a scope claim of the wrong type grants nothing and does not hand over to the next claim → 403', async (t) => {
+  const malformed: Array<Record<string, unknown>> = [
+    { scope: 123, scp: ['read:resource'] },
+    { scope: null, scp: 'read:resource' },
+    { scope: true, scp: ['read:resource'] },
+    { scope: ['read:resource'], scp: ['read:resource'] },
+    { scope: { 'read:resource': true }, scp: ['read:resource'] },
+    { scp: 42 },
+    { scp: { 0: 'read:resource' } },
+    { scp: [42, ['read:resource'], null] }
+  ]
+  for (const claims of malformed) {
+    isInsufficientScope(t, await get(bearer(token(claims))), 'read:resource', JSON.stringify(claims))
+  }
+})
+
+t.test('JWT_SCOPE_CLAIMS=permissions (Auth0 RBAC): permissions alone decides, and only as an array', async (t) => {
+  const rbac = await build(t, { JWT_SCOPE_CLAIMS: 'permissions' })
+  await rbac.seed(ordersFixture())
+  const claimed = token({ scope: 'read:resource', permissions: ['delete:resource'] })
+  const res = await rbac.request(ordersPath(), { method: 'DELETE', json: ['p_update_orders'], token: claimed })
+  t.equal(res.status, 204, 'permissions grants the DELETE')
+  t.equal(await grantCount(rbac), 10, 'and the grant is removed')
+  isInsufficientScope(t, await get(bearer(claimed), '', rbac), 'read:resource', 'scope is not read')
+  t.equal((await get(bearer(token({ permissions: ['openid', 'read:resource'] })), '', rbac)).status, 200, 'permissions holds read:resource')
+  for (const claims of [{ scope: 'read:resource' }, { scp: ['read:resource'] }, { permissions: 'read:resource' }, { permissions: [] }]) {
+    isInsufficientScope(t, await get(bearer(token(claims)), '', rbac), 'read:resource', JSON.stringify(claims))
+  }
+})
+
+t.test('JWT_SCOPE_CLAIMS="scope permissions": permissions counts only for a token without scope', async (t) => {
+  const fallback = await build(t, { JWT_SCOPE_CLAIMS: 'scope permissions' })
+  await fallback.seed(ordersFixture())
+  t.equal((await get(bearer(token({ permissions: ['read:resource'] })), '', fallback)).status, 200, 'no scope: permissions')
+  t.equal((await get(bearer(token({ scope: 'read:resource', permissions: [] })), '', fallback)).status, 200, 'scope')
+  for (const claims of [{ scope: 'openid', permissions: ['read:resource'] }, { scope: 7, permissions: ['read:resource'] }, { scp: ['read:resource'] }]) {
+    isInsufficientScope(t, await get(bearer(token(claims)), '', fallback), 'read:resource', JSON.stringify(claims))
+  }
+})
+
+t.test('the auth plugin refuses to start with a scope claim it does not know (it would be read in any shape)', async (t) => {
+  const app = Fastify({ logger: false })
+  app.register(auth, { key: { kind: 'secret', algorithms: ['HS256'], secret: TEST_SECRET }, audiences: [], scopeClaims: ['scope', 'roles'] })
+  await t.rejects(async () => { await app.ready() }, { message: 'roles cannot carry scopes (only scope, scp, permissions)' })
+  await app.close()
+})
+
+t.test('JWT_MAX_LIFETIME_S=3600: exp − iat up to an hour and 30 s (the clock tolerance) → 200; longer → 401 invalid_token', async (t) => {
+  const capped = await build(t, { JWT_MAX_LIFETIME_S: '3600' })
+  await capped.seed(ordersFixture())
+  const iat = now() - 10
+  const living = (lifetime: number) => get(bearer(token({ scope: 'read:resource', iat, exp: iat + lifetime }, { expiresIn: null })), '', capped)
+  for (const lifetime of [60, 3600, 3630]) t.equal((await living(lifetime)).status, 200, `${lifetime} s`)
+  for (const lifetime of [3631, 86_400, 10 * 365 * 86_400]) {
+    isInvalidToken(t, await living(lifetime), `${lifetime} s`, 'The access token lives longer than this service accepts')
+  }
+  const issuedLongAgo = token({ scope: 'read:resource', iat: now() - 86_400, exp: inOneMinute() }, { expiresIn: null })
+  isInvalidToken(t, await get(bearer(issuedLongAgo), '', capped), 'issued a day ago, a minute left', 'The access token lives longer than this service accepts')
+
+  // Without iat the lifetime left counts: exp − now.
+  const withoutIat = (expiresIn: number) => get(bearer(craftedToken({ alg: 'HS256', typ: 'JWT' }, { scope: 'read:resource', exp: now() + expiresIn }, TEST_SECRET)), '', capped)
+  for (const expiresIn of [60, 3600]) t.equal((await withoutIat(expiresIn)).status, 200, `no iat, exp in ${expiresIn} s`)
+  for (const expiresIn of [3700, 86_400]) {
+    isInvalidToken(t, await withoutIat(expiresIn), `no iat, exp in ${expiresIn} s`, 'The access token lives longer than this service accepts')
+  }
+})
+
+t.test('JWT_MAX_LIFETIME_S unset: any lifetime → 200', async (t) => {
+  const year = 365 * 86_400
+  t.equal((await get(bearer(token({ scope: 'read:resource' }, { expiresIn: 10 * year })))).status, 200, 'ten years')
+  t.equal((await get(bearer(token({ scope: 'read:resource', iat: now() - year, exp: now() + year }, { expiresIn: null })))).status, 200, 'issued a year ago')
+  const withoutIat = craftedToken({ alg: 'HS256', typ: 'JWT' }, { scope: 'read:resource', exp: now() + year }, TEST_SECRET)
+  t.equal((await get(bearer(withoutIat))).status, 200, 'no iat, a year left')
 })
 
 t.test('public routes need no token: /healthz, /readyz, /openapi.json, /docs/ → 200', async (t) => {

@@ -1,11 +1,12 @@
 // Keys that rotate: tokens verified against a JSON Web Key Set served by a real HTTP server here.
 import { generateKeyPairSync, type KeyObject } from 'node:crypto'
 import { once } from 'node:events'
-import { createServer, type Server } from 'node:http'
+import { createServer, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { createSigner } from 'fast-jwt'
 import t from 'tap'
+import { freePort } from '../../db/embedded-postgres.js'
 import { ordersFixture, ordersPath } from '../fixtures.js'
 import { build, captureLogs } from '../helper.js'
 import { craftedToken, inOneMinute, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER } from '../tokens.js'
@@ -40,6 +41,15 @@ async function serve (handler: () => unknown): Promise<{ server: Server, url: st
   await once(server, 'listening')
   t.teardown(() => { server.closeAllConnections(); server.close() })
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/.well-known/jwks.json`, requests: () => requests }
+}
+
+/** A key set server that answers every request with `respond` (which may never answer). */
+async function answering (respond: (response: ServerResponse) => void): Promise<{ url: string, requests: () => number }> {
+  let requests = 0
+  const server = createServer((_request, response) => { requests++; respond(response) }).listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/jwks.json`, requests: () => requests }
 }
 
 const first = signingKey('key-1', 'RS256')
@@ -212,4 +222,42 @@ t.test('production JWKS over plain http: on a loopback host it starts quietly; e
     else t.notOk(warning, `${label}: no warning`)
     await harness.app.close()
   }
+})
+
+const FETCH_FAILED = 'the key set could not be fetched'
+const fetchFailures = (lines: Array<Record<string, unknown>>) => lines.filter((line) => line.msg === FETCH_FAILED)
+
+t.test('a failed fetch of the key set is logged as a warning naming JWKS_URL and why (refused, 500, not JSON, timed out), never the token', async (t) => {
+  const cases: Array<[string, string, RegExp, string]> = [
+    ['a closed port', `http://127.0.0.1:${await freePort()}/jwks.json`, /^fetch failed: connect ECONNREFUSED 127\.0\.0\.1:\d+$/, 'ECONNREFUSED'],
+    ['a 500', (await answering((response) => { response.statusCode = 500; response.end('{"keys":[]}') })).url, /Expected 200 OK/, 'ERR_JOSE_GENERIC'],
+    ['not JSON', (await answering((response) => response.end('<html>maintenance</html>'))).url, /Failed to parse the JSON Web Key Set HTTP response as JSON: .*JSON/, 'ERR_JOSE_GENERIC'],
+    ['no answer', (await answering(() => {})).url, /^request timed out: .*timeout/, 'ERR_JWKS_TIMEOUT']
+  ]
+  for (const [label, url, reason, code] of cases) {
+    const logs = captureLogs()
+    const app = await build(t, { JWT_SECRET: '', JWKS_URL: url, JWKS_FETCH_TIMEOUT_MS: '200', LOG_LEVEL: 'warn' }, { logs: logs.stream })
+    const token = tokenFrom(first)
+    t.equal((await app.request(ordersPath(), { token })).status, 503, `${label}: keys unavailable`)
+    const failures = fetchFailures(logs.lines)
+    t.equal(failures.length, 1, `${label}: one line`)
+    t.match(failures[0], { level: 40, url, reason, code }, label)
+    t.notOk(logs.lines.some((line) => JSON.stringify(line).includes(token.split('.')[2])), `${label}: the token is not logged`)
+    await app.app.close()
+  }
+})
+
+t.test('failed fetches are logged once each: requests waiting on one fetch share a line, and there is at most one fetch per cooldown', async (t) => {
+  const silent = await answering(() => {})
+  const logs = captureLogs()
+  const COOLDOWN = 1000
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: silent.url, JWKS_FETCH_TIMEOUT_MS: '300', JWKS_COOLDOWN_MS: String(COOLDOWN), LOG_LEVEL: 'warn' }, { logs: logs.stream })
+  const attempt = async () => (await app.request(ordersPath(), { token: tokenFrom(first) })).status
+  t.same(await Promise.all(Array.from({ length: 10 }, attempt)), Array(10).fill(503), 'ten requests at once')
+  t.equal(silent.requests(), 1, 'one fetch')
+  t.equal(fetchFailures(logs.lines).length, 1, 'one line for it')
+  await sleep(COOLDOWN + 200)
+  t.equal(await attempt(), 503)
+  t.equal(silent.requests(), 2, 'after the cooldown, a fetch again')
+  t.equal(fetchFailures(logs.lines).length, 2, 'and its own line')
 })
