@@ -1,6 +1,6 @@
 // Load shedding with @fastify/under-pressure: while the event loop lags past MAX_EVENT_LOOP_DELAY_MS,
 // API calls get 503 + Retry-After at once instead of queueing without bound. Probes are exempt:
-// an overloaded replica is still alive. https://github.com/fastify/under-pressure
+// an overloaded replica is still alive. A replica is ready only once a sample found its loop calm. https://github.com/fastify/under-pressure
 import underPressure from '@fastify/under-pressure'
 import fp from 'fastify-plugin'
 import { problems } from '../src/problems.js'
@@ -10,6 +10,14 @@ declare module 'fastify' {
     /** under-pressure's per-route override; probes use one that lets the request through. */
     pressureHandler?: () => void
   }
+  interface FastifyInstance {
+    /**
+     * Whether a sample of the event loop has found it calm since the service started (always true
+     * with shedding off). Until then a replica is not ready: the lag of its own start (loading,
+     * compiling, migrating) is in its first sample, and traffic sent then would be shed.
+     */
+    calmSinceStart: () => boolean
+  }
 }
 
 /** Route config for routes that must answer even under pressure. */
@@ -17,10 +25,23 @@ export const exemptFromPressure = { pressureHandler: () => {} }
 
 export default fp(async function pressure (fastify) {
   const { MAX_EVENT_LOOP_DELAY_MS, EVENT_LOOP_SAMPLE_INTERVAL_MS } = fastify.config
-  if (MAX_EVENT_LOOP_DELAY_MS === 0) return
+  if (MAX_EVENT_LOOP_DELAY_MS === 0) {
+    fastify.decorate('calmSinceStart', () => true)
+    return
+  }
   await fastify.register(underPressure, {
     maxEventLoopDelay: MAX_EVENT_LOOP_DELAY_MS,
     sampleInterval: EVENT_LOOP_SAMPLE_INTERVAL_MS,
     pressureHandler: async () => { throw problems.overloaded() }
+  })
+  let calm = false
+  fastify.decorate('calmSinceStart', () => {
+    if (!calm) {
+      // memoryUsage() holds the last sample's figures, all 0 until the first sample is taken
+      // (the resident set is never 0 after one).
+      const { rssBytes, eventLoopDelay } = fastify.memoryUsage()
+      calm = rssBytes > 0 && eventLoopDelay <= MAX_EVENT_LOOP_DELAY_MS
+    }
+    return calm
   })
 }, { name: 'pressure', dependencies: ['env'] })

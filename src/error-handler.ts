@@ -4,7 +4,7 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
-import { type FieldError, OVERLOADED, Problem, PROBLEM_CONTENT_TYPE, problems, statusPhrase } from './problems.js'
+import { type FieldError, OVERLOADED, Problem, PROBLEM_CONTENT_TYPE, problems, SHUTTING_DOWN, STARTING, statusPhrase } from './problems.js'
 
 export function sendProblem (reply: FastifyReply, problem: Problem): FastifyReply {
   // Answered before its body arrived (401, 403, 405, 413, 415...): the connection is closed rather
@@ -81,8 +81,10 @@ export function toProblem (error: FastifyError, request?: FastifyRequest): Probl
 
 export function errorHandler (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   const problem = toProblem(error, request)
-  // Shedding load is the service working as designed: worth a warning, not an error with a stack.
+  // Shedding load is the service working as designed: worth a warning, not an error with a stack;
+  // a replica starting or draining is its lifecycle, worth a line at info.
   if (problem.type === OVERLOADED) request.log.warn({ reason: overloadReasonOf(error) ?? 'event_loop', detail: error.message }, 'request shed')
+  else if (problem.type === STARTING || problem.type === SHUTTING_DOWN) request.log.info({ status: problem.status, type: problem.type }, problem.title)
   else if (problem.status >= 500) request.log.error({ err: error }, 'request failed')
   else request.log.info({ status: problem.status, type: problem.type }, problem.title)
   return sendProblem(reply, problem)

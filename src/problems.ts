@@ -6,6 +6,9 @@ import { STATUS_CODES } from 'node:http'
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 const RETRY_AFTER_SECONDS = 5
 export const OVERLOADED = '/problems/overloaded'
+// Readiness's answers while a replica is not (or no longer) to take traffic: its lifecycle, not a fault.
+export const STARTING = '/problems/starting'
+export const SHUTTING_DOWN = '/problems/shutting-down'
 
 // RFC 9110 renamed two phrases that Node still spells the old way.
 const currentPhrases: Record<number, string> = { 413: 'Content Too Large', 422: 'Unprocessable Content' }
@@ -133,9 +136,16 @@ export const problems = {
     detail: `The service is overloaded. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
     headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
   }),
+  starting: () => new Problem({
+    status: 503,
+    type: STARTING,
+    title: 'Starting',
+    detail: 'This replica has started, but its event loop has not been calm yet; send requests to another one.',
+    headers: { 'retry-after': '1' }
+  }),
   shuttingDown: () => new Problem({
     status: 503,
-    type: '/problems/shutting-down',
+    type: SHUTTING_DOWN,
     title: 'Shutting down',
     detail: 'This replica is shutting down; send new requests to another one.',
     headers: { 'retry-after': '1' }

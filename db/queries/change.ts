@@ -89,7 +89,7 @@ export interface ChangeInput {
   resourceId: string
   clientId: string
   permissionIds: string[]
-  /** The versions an If-Match accepts; undefined when the request has no precondition. */
+  /** The versions an If-Match accepts, each a bigint in decimal; undefined when the request has no precondition. */
   ifMatch?: string[]
   /** Who asks (from the verified token) and the request's id, for the history. */
   actor: { sub?: string, clientId?: string }

@@ -30,7 +30,8 @@ function parametersSchema (parameters: JsonObject[], location: string): JsonObje
   const properties: JsonObject = {}
   const required: string[] = []
   for (const parameter of matching) {
-    const name = parameter.name as string
+    // Node gives header names in lower case, and Fastify validates them so.
+    const name = location === 'header' ? (parameter.name as string).toLowerCase() : parameter.name as string
     properties[name] = parameter.schema as JsonObject
     if (parameter.required === true) required.push(name)
   }
@@ -68,8 +69,10 @@ export function buildOperations (spec: JsonObject): JsonObject {
       const schema: JsonObject = {}
       const params = parametersSchema([...parameters.values()], 'path')
       const querystring = parametersSchema([...parameters.values()], 'query')
+      const headers = parametersSchema([...parameters.values()], 'header')
       if (params) schema.params = params
       if (querystring) schema.querystring = querystring
+      if (headers) schema.headers = headers
       const body = ((operation.requestBody as JsonObject | undefined)?.content as JsonObject | undefined)?.['application/json']
       if (isObject(body)) schema.body = body.schema
       // Success bodies are serialized by fast-json-stringify, which also drops undeclared fields;

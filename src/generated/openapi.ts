@@ -34,7 +34,10 @@ export interface paths {
          *     under load) and the replica's pool has not found the database unreachable, one of the
          *     pool's own queries. A replica that is saturated or shedding load is still ready, because
          *     the database is there and other replicas are no better off. Answers 503
-         *     `database-unavailable` when the database cannot be reached, and 503 `shutting-down` once the
+         *     `database-unavailable` when the database cannot be reached, 503 `starting` until a sample of
+         *     the event loop has found it calm since the replica started (the lag of its own start would
+         *     shed the first requests sent to it; never with `MAX_EVENT_LOOP_DELAY_MS=0`; once calm, later
+         *     lag does not make it unready), and 503 `shutting-down` once the
          *     replica has begun shutting down. The probe never queues behind API traffic, and concurrent
          *     probes share one query.
          */
@@ -123,7 +126,8 @@ export interface paths {
          *     retried request still answers 204. If any id is not a permission of the resource the request
          *     answers 422 naming every such id and grants nothing. The client must already be authorized
          *     on the resource (404 `client-not-authorized` otherwise: authorizing a client is another
-         *     operation). `If-Match` works as for DELETE. The 404s come first, then 412, then 422.
+         *     operation). `If-Match` works as for DELETE. A malformed `If-Match` is 400 (before the 404s);
+         *     then the 404s come first, then 412, then 422.
          */
         post: operations["grantClientPermissions"];
         /**
@@ -135,7 +139,8 @@ export interface paths {
          *     authorization itself remains, even when its last permission is removed. With `If-Match`
          *     (the list's `ETag`), nothing is removed and the answer is 412 when the client's grants
          *     changed since; the check and the removal are one statement, so of two callers holding the
-         *     same tag one succeeds and the other gets 412. The 404s come first, then 412, then 422.
+         *     same tag one succeeds and the other gets 412. A malformed `If-Match` is 400 (before the 404s);
+         *     then the 404s come first, then 412, then 422.
          */
         delete: operations["unauthorizeClientPermissions"];
         options?: never;
@@ -148,6 +153,8 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         EntityId: string;
+        /** @description `*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take. */
+        EntityTags: string;
         Health: {
             /** @enum {string} */
             status: "ok";
@@ -215,6 +222,7 @@ export interface components {
          *     | `/problems/database-unavailable` | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query); retry after `Retry-After` seconds |
          *     | `/problems/keys-unavailable` | 503 | the identity provider's key set (`JWKS_URL`) has never been fetched and cannot be now |
          *     | `/problems/overloaded` | 503 | more requests than this replica can serve now, answered at once instead of queued: no database connection became free within `DATABASE_CONNECTION_WAIT_MS` (1 s) or the database refused one more, the database cancelled a statement past `DATABASE_STATEMENT_TIMEOUT_MS` (5 s), or the event loop lags; nothing was changed; retry after `Retry-After` seconds |
+         *     | `/problems/starting` | 503 | (readiness only) this replica has started, but no sample has found its event loop calm yet |
          *     | `/problems/shutting-down` | 503 | (readiness only) this replica is shutting down |
          *     | `about:blank` | any | a plain HTTP error (unknown route, wrong method, body too large, unsupported media type, request timeout, headers too large, malformed HTTP or URL, internal error); `title` is the RFC 9110 status phrase. Errors of the HTTP layer itself (malformed HTTP or URL, 408, 431) are answered before authentication |
          */
@@ -263,6 +271,15 @@ export interface components {
         };
     };
     responses: {
+        /** @description The `If-Match` header or the body broke the contract, or the body is not JSON. */
+        BadChangeRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["ValidationProblem"];
+            };
+        };
         /** @description A parameter or the body broke the contract, or the body is not JSON. */
         BadRequest: {
             headers: {
@@ -357,7 +374,7 @@ export interface components {
         /**
          * @description The database cannot be reached (`database-unavailable`), the replica has more requests than
          *     it can serve now (`overloaded`: shed at once, nothing changed), or, for readiness, the
-         *     replica is shutting down; retry after `Retry-After` seconds.
+         *     replica is starting or shutting down; retry after `Retry-After` seconds.
          */
         ServiceUnavailable: {
             headers: {
@@ -397,16 +414,31 @@ export interface components {
          */
         ClientId: components["schemas"]["EntityId"];
         /**
-         * @description The `ETag` of the list as last read (or `*`, which holds whenever the client is authorized):
-         *     the change is made only if the client's grants have not changed since, else 412 and nothing
-         *     changes. Strong comparison.
+         * @description The `ETag` of the list as last read, or `*`: the change is made only if the client's grants
+         *     have not changed since, else 412 and nothing changes; `*` holds whenever the client is
+         *     authorized. As RFC 9110 §13.1.1 writes it: `*`, or a comma-separated list of entity-tags
+         *     (`"1042"`, `W/"1042"`; spaces or tabs around the commas and empty elements are allowed), any
+         *     of which may match. Strong comparison: a weak tag never matches. An `ETag` of this service
+         *     is a version in decimal, without leading zeros, from 1 to 9223372036854775807; any other
+         *     well-formed tag (`"01042"`, `"0"`, `"abc"`, a number past that) names no version and
+         *     answers 412. A header that is not this syntax (an unquoted `1042`, `"1042" x`, `*` inside a
+         *     list, a list with no tag) or is longer than 8192 characters answers 400 `invalid-request`
+         *     with the pointer `/if-match`; it is checked with the other parameters, after authentication
+         *     and before the resource, the client and the authorization are looked up (so before the 404s).
          */
-        IfMatch: string;
+        IfMatch: components["schemas"]["EntityTags"];
         /**
-         * @description An `ETag` from an earlier answer (or `*`): when the client's grants are unchanged the answer
-         *     is 304 with no body. Weak comparison.
+         * @description An `ETag` from an earlier answer, or `*`: when it names the current version of the client's
+         *     grants (or is `*` and the client is authorized) the answer is 304 with no body. As RFC 9110
+         *     §13.1.2 writes it: `*`, or a comma-separated list of entity-tags (`"1042"`, `W/"1042"`;
+         *     spaces or tabs around the commas and empty elements are allowed), any of which may match.
+         *     Weak comparison: `W/"1042"` matches `"1042"`. A tag is compared as written: `"01042"` is not
+         *     `"1042"`. A header that is not this syntax (an unquoted `1042`, `"1042" x`, `*` inside a
+         *     list, a list with no tag) or is longer than 8192 characters answers 400 `invalid-request`
+         *     with the pointer `/if-none-match`; it is checked with the other parameters, after
+         *     authentication and before the resource, the client and the authorization are looked up.
          */
-        IfNoneMatch: string;
+        IfNoneMatch: components["schemas"]["EntityTags"];
         /**
          * @description Resource id
          * @example orders-api
@@ -423,9 +455,9 @@ export interface components {
     };
     headers: {
         /**
-         * @description The version of the client's grants on the resource (RFC 9110 §8.8.3): the same for every
-         *     page and order, new whenever a grant is added or removed (by any writer). For If-None-Match
-         *     and If-Match.
+         * @description The version of the client's grants on the resource (RFC 9110 §8.8.3), a strong entity-tag
+         *     holding a positive decimal number: the same for every page and order, new whenever a grant
+         *     is added or removed (by any writer). For If-None-Match and If-Match.
          * @example "1042"
          */
         ETag: string;
@@ -554,8 +586,15 @@ export interface operations {
             };
             header?: {
                 /**
-                 * @description An `ETag` from an earlier answer (or `*`): when the client's grants are unchanged the answer
-                 *     is 304 with no body. Weak comparison.
+                 * @description An `ETag` from an earlier answer, or `*`: when it names the current version of the client's
+                 *     grants (or is `*` and the client is authorized) the answer is 304 with no body. As RFC 9110
+                 *     §13.1.2 writes it: `*`, or a comma-separated list of entity-tags (`"1042"`, `W/"1042"`;
+                 *     spaces or tabs around the commas and empty elements are allowed), any of which may match.
+                 *     Weak comparison: `W/"1042"` matches `"1042"`. A tag is compared as written: `"01042"` is not
+                 *     `"1042"`. A header that is not this syntax (an unquoted `1042`, `"1042" x`, `*` inside a
+                 *     list, a list with no tag) or is longer than 8192 characters answers 400 `invalid-request`
+                 *     with the pointer `/if-none-match`; it is checked with the other parameters, after
+                 *     authentication and before the resource, the client and the authorization are looked up.
                  */
                 "If-None-Match"?: components["parameters"]["IfNoneMatch"];
             };
@@ -622,9 +661,17 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description The `ETag` of the list as last read (or `*`, which holds whenever the client is authorized):
-                 *     the change is made only if the client's grants have not changed since, else 412 and nothing
-                 *     changes. Strong comparison.
+                 * @description The `ETag` of the list as last read, or `*`: the change is made only if the client's grants
+                 *     have not changed since, else 412 and nothing changes; `*` holds whenever the client is
+                 *     authorized. As RFC 9110 §13.1.1 writes it: `*`, or a comma-separated list of entity-tags
+                 *     (`"1042"`, `W/"1042"`; spaces or tabs around the commas and empty elements are allowed), any
+                 *     of which may match. Strong comparison: a weak tag never matches. An `ETag` of this service
+                 *     is a version in decimal, without leading zeros, from 1 to 9223372036854775807; any other
+                 *     well-formed tag (`"01042"`, `"0"`, `"abc"`, a number past that) names no version and
+                 *     answers 412. A header that is not this syntax (an unquoted `1042`, `"1042" x`, `*` inside a
+                 *     list, a list with no tag) or is longer than 8192 characters answers 400 `invalid-request`
+                 *     with the pointer `/if-match`; it is checked with the other parameters, after authentication
+                 *     and before the resource, the client and the authorization are looked up (so before the 404s).
                  */
                 "If-Match"?: components["parameters"]["IfMatch"];
             };
@@ -651,7 +698,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            400: components["responses"]["BadRequest"];
+            400: components["responses"]["BadChangeRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -678,9 +725,17 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description The `ETag` of the list as last read (or `*`, which holds whenever the client is authorized):
-                 *     the change is made only if the client's grants have not changed since, else 412 and nothing
-                 *     changes. Strong comparison.
+                 * @description The `ETag` of the list as last read, or `*`: the change is made only if the client's grants
+                 *     have not changed since, else 412 and nothing changes; `*` holds whenever the client is
+                 *     authorized. As RFC 9110 §13.1.1 writes it: `*`, or a comma-separated list of entity-tags
+                 *     (`"1042"`, `W/"1042"`; spaces or tabs around the commas and empty elements are allowed), any
+                 *     of which may match. Strong comparison: a weak tag never matches. An `ETag` of this service
+                 *     is a version in decimal, without leading zeros, from 1 to 9223372036854775807; any other
+                 *     well-formed tag (`"01042"`, `"0"`, `"abc"`, a number past that) names no version and
+                 *     answers 412. A header that is not this syntax (an unquoted `1042`, `"1042" x`, `*` inside a
+                 *     list, a list with no tag) or is longer than 8192 characters answers 400 `invalid-request`
+                 *     with the pointer `/if-match`; it is checked with the other parameters, after authentication
+                 *     and before the resource, the client and the authorization are looked up (so before the 404s).
                  */
                 "If-Match"?: components["parameters"]["IfMatch"];
             };
@@ -707,7 +762,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            400: components["responses"]["BadRequest"];
+            400: components["responses"]["BadChangeRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];

@@ -70,6 +70,18 @@ export const operations = {
           }
         }
       },
+      "headers": {
+        "type": "object",
+        "properties": {
+          "if-none-match": {
+            "type": "string",
+            "description": "`*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take.",
+            "maxLength": 8192,
+            "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
+            "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
+          }
+        }
+      },
       "response": {
         "200": {
           "type": "array",
@@ -166,6 +178,18 @@ export const operations = {
           "client_id"
         ]
       },
+      "headers": {
+        "type": "object",
+        "properties": {
+          "if-match": {
+            "type": "string",
+            "description": "`*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take.",
+            "maxLength": 8192,
+            "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
+            "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
+          }
+        }
+      },
       "body": {
         "type": "array",
         "minItems": 1,
@@ -232,6 +256,18 @@ export const operations = {
           "resource_id",
           "client_id"
         ]
+      },
+      "headers": {
+        "type": "object",
+        "properties": {
+          "if-match": {
+            "type": "string",
+            "description": "`*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take.",
+            "maxLength": 8192,
+            "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
+            "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
+          }
+        }
       },
       "body": {
         "type": "array",

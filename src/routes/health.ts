@@ -1,6 +1,7 @@
 // Probes for the orchestrator: liveness never touches the database; readiness asks it on a
 // connection of its own (never behind API traffic, so a saturated replica stays ready), and fails
-// when the database cannot be reached or from the moment the service starts shutting down.
+// until the event loop has been found calm once since start, when the database cannot be reached,
+// and from the moment the service starts shutting down.
 import type { FastifyInstance } from 'fastify'
 import { exemptFromPressure } from '../../plugins/pressure.js'
 import { databaseErrorSummary } from '../../db/errors.js'
@@ -14,6 +15,7 @@ export default async function healthRoutes (fastify: FastifyInstance) {
 
   fastify.get(getReadiness.url, { schema: getReadiness.schema, config: { ...getReadiness.config, ...exemptFromPressure } }, async (request) => {
     if (fastify.draining) throw problems.shuttingDown()
+    if (!fastify.calmSinceStart()) throw problems.starting()
     try {
       await fastify.checkDatabase()
     } catch (error) {

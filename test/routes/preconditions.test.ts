@@ -1,11 +1,17 @@
 // Conditional requests (RFC 9110 §13): the list's ETag is the authorization's version; If-None-Match
-// answers 304; If-Match guards DELETE and POST, checked and applied in one statement.
-import t from 'tap'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build } from '../helper.js'
-import { readToken, token } from '../tokens.js'
+// answers 304; If-Match guards DELETE and POST, checked and applied in one statement. Both headers
+// are read as RFC 9110 writes them: a malformed one is 400, a well-formed tag that names no version
+// of ours never matches (and never reaches the database).
+import fc from 'fast-check'
+import t, { type Test } from 'tap'
+import type { ObservedResponse } from '../contract.js'
+import { fastCheckSeed, ordersFixture, ordersPath } from '../fixtures.js'
+import { build, captureLogs } from '../helper.js'
+import { deleteToken, readToken, token } from '../tokens.js'
 
-const harness = await build(t)
+const logs = captureLogs()
+// Warnings and errors only: a request the service cannot handle logs an error with its stack.
+const harness = await build(t, { LOG_LEVEL: 'warn' }, { logs: logs.stream })
 const writer = () => token({ scope: 'read:resource delete:resource create:resource' })
 
 t.beforeEach(async () => {
@@ -19,10 +25,40 @@ const etag = async (path = ordersPath()) => (await list('', {}, path)).headers.g
 const change = (method: 'DELETE' | 'POST', ids: string[], headers: Record<string, string> = {}, path = ordersPath()) =>
   harness.request(path, { method, token: writer(), json: ids, headers })
 const grantCount = async () => (await harness.db.query("SELECT count(*)::int AS n FROM grants WHERE client_id = 'app-a' AND resource_id = 'orders-api'")).rows[0].n
+const errorLines = () => logs.lines.filter((line) => Number(line.level) >= 50)
+
+/** Every authorization with its version and grants, and the size of the history: what a refused request must leave as it was. */
+const databaseState = async () => (await harness.db.query(`
+  SELECT a.resource_id, a.client_id, a.version::text,
+    (SELECT array_agg(g.permission_id ORDER BY g.permission_id) FROM grants g
+      WHERE g.resource_id = a.resource_id AND g.client_id = a.client_id) AS grants,
+    (SELECT count(*)::int FROM permission_changes) AS history
+  FROM authorizations a ORDER BY a.resource_id, a.client_id`)).rows
+
+/** The 400 a malformed If-Match or If-None-Match answers: invalid-request, naming the header. */
+function assertHeaderRefused (t: Test, res: ObservedResponse, header: 'if-match' | 'if-none-match', message: RegExp, label: string) {
+  t.equal(res.status, 400, label)
+  t.match(res.body, {
+    type: '/problems/invalid-request',
+    status: 400,
+    detail: new RegExp(`^header/${header} `),
+    errors: [{ location: 'header', pointer: `/${header}`, message }]
+  }, label)
+}
+const malformed = /^must be \* or a comma-separated list of entity-tags/
+const overLong = /^must NOT have more than 8192 characters$/
+
+/** A list of stale tags, spaces, then `last`: exactly `length` characters. */
+function listOfLength (length: number, last: string): string {
+  const tail = `, ${last}`
+  const room = length - tail.length - '"1"'.length
+  const more = Math.floor(room / 4)
+  return '"1"' + ',"1"'.repeat(more) + ' '.repeat(room - more * 4) + tail
+}
 
 t.test('GET answers a strong ETag, the same for every page, order and HEAD, different per authorization', async (t) => {
   const tag = await etag()
-  t.match(tag, /^"\d+"$/)
+  t.match(tag, /^"[1-9]\d*"$/, 'a decimal version without leading zeros')
   t.equal((await list('?limit=2&offset=3&sort_by=description.desc')).headers.get('etag'), tag)
   t.equal((await harness.request(ordersPath(), { method: 'HEAD', token: readToken() })).headers.get('etag'), tag)
   t.not(await etag(ordersPath('app-b')), tag, 'another client\'s grants')
@@ -47,40 +83,161 @@ t.test('the ETag changes whenever the grants change, by any writer, and only the
   t.equal(new Set(tags).size, 4, `every change a new tag: ${tags.join(' ')}`)
 })
 
-t.test('If-None-Match with the current tag (weak or strong, in a list, or *) → 304 with the ETag and no body', async (t) => {
+t.test('If-None-Match naming the current tag (weak or strong, anywhere in a list, or *) → 304 with the ETag and no body', async (t) => {
   const tag = await etag()
-  for (const header of [tag, `W/${tag}`, `"1", ${tag}`, '*']) {
+  const version = tag.slice(1, -1)
+  const lists = [`"1", ${tag}`, `"1",${tag}`, `"1" ,\t${tag}`, `, ,${tag},`, `"1",, W/${tag} ,`, `"a,b", ${tag}`, `W/"", ${tag}`]
+  for (const header of [tag, `W/${tag}`, '*', ...lists]) {
     const res = await list('?limit=5', { 'if-none-match': header })
     t.equal(res.status, 304, header)
     t.equal(res.text, '', header)
     t.equal(res.headers.get('etag'), tag, header)
   }
-  for (const header of ['"1"', tag.slice(1, -1), '""']) t.equal((await list('', { 'if-none-match': header })).status, 200, header)
+  t.equal((await harness.request(ordersPath(), { method: 'HEAD', token: readToken(), headers: { 'if-none-match': tag } })).status, 304, 'HEAD')
+  const others = ['"1"', '""', `"0${version}"`, `"${version}0"`, `"1", W/"0${version}"`, '"9223372036854775808"', '"-1"']
+  for (const header of others) t.equal((await list('', { 'if-none-match': header })).status, 200, `${header} names another version`)
   await change('DELETE', ['p_read_orders'])
   t.equal((await list('', { 'if-none-match': tag })).status, 200, 'after a change the old tag no longer matches')
   t.equal((await list('', { 'if-none-match': '*' }, ordersPath('app-c'))).status, 404, 'not authorized: 404, not 304')
 })
 
-t.test('If-Match: a stale tag → 412 precondition-failed and nothing changes; the current tag or * → 204', async (t) => {
+t.test('a malformed If-None-Match → 400 naming the header, on GET and HEAD', async (t) => {
+  const tag = await etag()
+  const version = tag.slice(1, -1)
+  const headers = [
+    version, `${tag} junk`, `${tag}junk`, `${tag} ${tag}`, `*, ${tag}`, `${tag}, *`, `"${version}`, `${version}"`,
+    `W/${version}`, `w/${tag}`, `W ${tag}`, `'${version}'`, '"a"b"', '"a b"', '"a\\"b"', ',', ', ,', '**', `${tag};`
+  ]
+  for (const header of headers) {
+    assertHeaderRefused(t, await list('', { 'if-none-match': header }), 'if-none-match', malformed, header)
+    const head = await harness.request(ordersPath(), { method: 'HEAD', token: readToken(), headers: { 'if-none-match': header } })
+    t.equal(head.status, 400, `HEAD ${header}`)
+  }
+})
+
+t.test('If-None-Match of up to 8192 characters is read; longer (8193 characters, 68 KB) → 400', async (t) => {
+  const tag = await etag()
+  const longest = listOfLength(8192, tag)
+  t.equal(longest.length, 8192)
+  t.equal((await list('', { 'if-none-match': longest })).status, 304, 'the current tag at the end of 8192 characters')
+  assertHeaderRefused(t, await list('', { 'if-none-match': listOfLength(8193, tag) }), 'if-none-match', overLong, '8193 characters')
+  assertHeaderRefused(t, await list('', { 'if-none-match': `${tag}, ${'"1", '.repeat(14_000)}"1"` }), 'if-none-match', overLong, '68 KB')
+})
+
+t.test('If-Match: a stale tag, a weak one, or one that names no version of ours → 412 precondition-failed and nothing changes', async (t) => {
   const stale = await etag()
   await change('DELETE', ['p_read_orders'])
   const current = await etag()
+  const version = current.slice(1, -1)
+  const before = await databaseState()
+  const headers = [
+    stale, `W/${current}`, `W/"", W/${current}`, '"abc"', '""', `"x${version}"`, `"${version}x"`, `"0${version}"`, `"00${version}"`,
+    `"+${version}"`, `"-${version}"`, `"${version}.0"`, '"0"', '"-1"', '"9223372036854775807"',
+    '"9223372036854775808"', '"9999999999999999999"', '"18446744073709551616"', `"${'9'.repeat(100)}"`, `"1", ${stale},, W/${current}`
+  ]
   for (const method of ['DELETE', 'POST'] as const) {
-    // A tag of ours is digits only: one with anything around its digits names no version.
-    for (const header of [stale, `W/${current}`, '"abc"', 'garbage', `"x${current.slice(1, -1)}"`, `"${current.slice(1, -1)}x"`]) {
+    for (const header of headers) {
       const res = await change(method, ['p_create_orders', 'p_update_refunds'], { 'if-match': header })
       t.equal(res.status, 412, `${method} If-Match: ${header}`)
       t.match(res.body, { type: '/problems/precondition-failed', status: 412 })
     }
   }
-  t.equal(await grantCount(), 9, 'nothing changed')
-  t.equal(await etag(), current)
-  t.equal((await change('DELETE', ['p_create_orders'], { 'if-match': `${stale}, ${current}` })).status, 204)
-  t.equal((await change('POST', ['p_update_refunds'], { 'if-match': '*' })).status, 204)
+  t.same(await databaseState(), before, 'nothing changed, no history written')
+  t.same(errorLines(), [], 'no error logged')
+})
+
+t.test('If-Match past bigint → 412, nothing logged at error level, nothing changed', async (t) => {
+  const before = await databaseState()
+  const overflow = await change('DELETE', ['p_read_orders'], { 'if-match': '"9223372036854775808"' })
+  t.equal(overflow.status, 412)
+  t.match(overflow.body, { type: '/problems/precondition-failed' })
+  t.same(errorLines(), [], 'no error-level log line')
+  t.same(await databaseState(), before, 'nothing changed')
+})
+
+t.test('If-Match: the largest bigint is a version like any other; with a leading zero it is not', async (t) => {
+  await harness.db.query("UPDATE authorizations SET version = 9223372036854775807 WHERE resource_id = 'orders-api' AND client_id = 'app-a'")
+  const tag = await etag()
+  t.equal(tag, '"9223372036854775807"')
+  const before = await databaseState()
+  t.equal((await change('DELETE', ['p_read_orders'], { 'if-match': '"09223372036854775807"' })).status, 412)
+  t.same(await databaseState(), before, 'nothing changed')
+  t.equal((await change('DELETE', ['p_read_orders'], { 'if-match': tag })).status, 204)
+  t.equal(await grantCount(), 9)
+  t.not(await etag(), tag, 'a new version')
+})
+
+t.test('If-Match: the current tag, alone or anywhere in a list (spaces, tabs and empty elements allowed), or * → 204', async (t) => {
+  const shapes: Array<(current: string, stale: string) => string> = [
+    (current) => current,
+    (current, stale) => `${stale}, ${current}`,
+    (current, stale) => `${stale},${current}`,
+    (current, stale) => `${stale} ,\t${current}`,
+    (current) => `, ,${current},`,
+    (current, stale) => `"a,b", ${stale} ,, ${current} ,`,
+    (current) => `W/${current}, ${current}`
+  ]
+  let count = await grantCount()
+  for (const shape of shapes) {
+    // DELETE takes p_read_orders away, POST gives it back.
+    for (const method of ['DELETE', 'POST'] as const) {
+      const stale = await etag()
+      await change('POST', ['p_update_refunds'])
+      await change('DELETE', ['p_update_refunds'])
+      const header = shape(await etag(), stale)
+      const res = await change(method, ['p_read_orders'], { 'if-match': header })
+      t.equal(res.status, 204, `${method} If-Match: ${header}`)
+      count += method === 'DELETE' ? -1 : 1
+      t.equal(await grantCount(), count)
+    }
+  }
+  t.equal((await change('DELETE', ['p_create_orders'], { 'if-match': '*' })).status, 204, '*')
+  t.equal(await grantCount(), count - 1)
+})
+
+t.test('a malformed If-Match → 400 naming the header, and nothing changes', async (t) => {
+  const current = await etag()
+  const version = current.slice(1, -1)
+  const before = await databaseState()
+  const headers = [
+    version, `${current} junk`, `${current}junk`, `${current} ${current}`, `*, ${current}`, `${current}, *`, `"${version}`, `${version}"`,
+    `W/${version}`, `w/${current}`, `W ${current}`, `W/ ${current}`, `'${version}'`, '"a"b"', '"a b"', `"${version}\t"`, `" ${version}"`, '', ',', ' , , ', '**', '"*"*',
+    `${current};`, `<${version}>`
+  ]
+  for (const method of ['DELETE', 'POST'] as const) {
+    for (const header of headers) {
+      assertHeaderRefused(t, await change(method, ['p_read_orders'], { 'if-match': header }), 'if-match', malformed, `${method} ${JSON.stringify(header)}`)
+    }
+  }
+  t.same(await databaseState(), before, 'nothing changed')
+})
+
+t.test('If-Match of up to 8192 characters is read; longer (8193 characters, 68 KB) → 400, nothing changes', async (t) => {
+  const current = await etag()
+  const before = await databaseState()
+  for (const method of ['DELETE', 'POST'] as const) {
+    assertHeaderRefused(t, await change(method, ['p_read_orders'], { 'if-match': listOfLength(8193, current) }), 'if-match', overLong, `${method} 8193 characters`)
+    assertHeaderRefused(t, await change(method, ['p_read_orders'], { 'if-match': `${current}, ${'"1", '.repeat(14_000)}"1"` }), 'if-match', overLong, `${method} 68 KB`)
+  }
+  t.same(await databaseState(), before, 'nothing changed')
+  const longest = listOfLength(8192, current)
+  t.equal(longest.length, 8192)
+  t.equal((await change('DELETE', ['p_read_orders'], { 'if-match': longest })).status, 204, 'the current tag at the end of 8192 characters')
   t.equal(await grantCount(), 9)
 })
 
-t.test('order of refusals: 404 before 412 before 422', async (t) => {
+t.test('order of refusals: 401 and 403, then a malformed header (400), then 404, 412, 422', async (t) => {
+  const bad = 'garbage'
+  const anonymous = await harness.request(ordersPath(), { method: 'DELETE', json: ['p_read_orders'], headers: { 'if-match': bad } })
+  t.equal(anonymous.status, 401, 'no token')
+  t.equal((await harness.request(ordersPath(), { headers: { 'if-none-match': bad } })).status, 401, 'no token, GET')
+  const reader = await harness.request(ordersPath(), { method: 'DELETE', token: readToken(), json: ['p_read_orders'], headers: { 'if-match': bad } })
+  t.equal(reader.status, 403, 'a token without the scope')
+  const withoutRead = await harness.request(ordersPath(), { token: deleteToken(), headers: { 'if-none-match': bad } })
+  t.equal(withoutRead.status, 403, 'a token without the scope, GET')
+  assertHeaderRefused(t, await change('DELETE', ['p_read_orders'], { 'if-match': bad }, ordersPath('app-c')), 'if-match', malformed, 'not authorized')
+  assertHeaderRefused(t, await change('POST', ['nope'], { 'if-match': bad }, ordersPath('app-a', 'no-such-api')), 'if-match', malformed, 'no such resource')
+  assertHeaderRefused(t, await list('', { 'if-none-match': bad }, ordersPath('no-such-app')), 'if-none-match', malformed, 'no such client')
   t.equal((await change('DELETE', ['p_read_orders'], { 'if-match': '"1"' }, ordersPath('app-c'))).status, 404)
   t.equal((await change('POST', ['nope'], { 'if-match': '"1"' })).status, 412)
   t.equal((await change('POST', ['nope'], { 'if-match': await etag() })).status, 422)
@@ -104,4 +261,86 @@ t.test('two DELETEs with the same If-Match at once: exactly one 204, the other 4
     change('POST', ['p_update_refunds'], { 'if-match': tag })
   ])
   t.same(mixed.map((res) => res.status).sort(), [204, 412], 'a DELETE and a POST on the same tag')
+})
+
+// RFC 9110's grammar for both headers, restated as a scanner rather than the spec's regular
+// expression: `*`, the entity-tags of a list that names at least one, or undefined when malformed.
+type Parsed = '*' | Array<{ weak: boolean, opaque: string }> | undefined
+const isEtagc = (c: number) => c === 0x21 || (c >= 0x23 && c <= 0x7e) || (c >= 0x80 && c <= 0xff)
+function parseConditional (sent: string): Parsed {
+  // What reaches the service: Node drops a field value's leading and trailing whitespace.
+  const header = sent.replace(/^[\t ]+|[\t ]+$/g, '')
+  if (header === '*') return '*'
+  const tags: Array<{ weak: boolean, opaque: string }> = []
+  let i = 0
+  const skipWhitespace = () => { while (header[i] === ' ' || header[i] === '\t') i++ }
+  for (;;) {
+    const weak = header.startsWith('W/"', i)
+    if (weak || header[i] === '"') {
+      const start = i + (weak ? 3 : 1)
+      const end = header.indexOf('"', start)
+      if (end < 0) return undefined
+      const opaque = header.slice(start, end)
+      if (![...opaque].every((c) => isEtagc(c.charCodeAt(0)))) return undefined
+      tags.push({ weak, opaque })
+      i = end + 1
+    }
+    skipWhitespace()
+    if (i === header.length) break
+    if (header[i] !== ',') return undefined
+    i++
+    skipWhitespace()
+  }
+  return tags.length > 0 ? tags : undefined
+}
+
+t.test('generated If-Match and If-None-Match: 400 exactly when RFC 9110 refuses them; else they match as it says; nothing changes', async (t) => {
+  const seed = fastCheckSeed(t)
+  // app-b holds nothing: a DELETE that applies is a no-op, so its version never moves.
+  const path = ordersPath('app-b')
+  const tag = await etag(path)
+  const version = tag.slice(1, -1)
+  const before = await databaseState()
+  const opaque = fc.oneof(
+    { weight: 2, arbitrary: fc.constant(version) },
+    { weight: 2, arbitrary: fc.constantFrom(`0${version}`, '', '0', '9223372036854775807', '9223372036854775808', 'a,b', '*', 'W/', `${version} `) },
+    { weight: 1, arbitrary: fc.bigInt({ min: 0n, max: 2n ** 70n }).map(String) },
+    { weight: 1, arbitrary: fc.string({ unit: fc.constantFrom(...'0123456789aW/,*" \t\\\'\u00e9\u00ff'), maxLength: 8 }) }
+  )
+  // Mostly well-formed tags, so that matches are common; a malformed element now and then.
+  const element = fc.oneof(
+    { weight: 12, arbitrary: opaque.map((value) => `"${value}"`) },
+    { weight: 6, arbitrary: opaque.map((value) => `W/"${value}"`) },
+    { weight: 2, arbitrary: fc.constant('') },
+    { weight: 1, arbitrary: opaque.map((value) => `w/"${value}"`) },
+    { weight: 1, arbitrary: opaque },
+    { weight: 1, arbitrary: opaque.map((value) => `"${value}`) }
+  )
+  const separator = fc.oneof(
+    { weight: 6, arbitrary: fc.constantFrom(',', ', ', ' ,', ' , ', ',\t', '\t,\t') },
+    { weight: 1, arbitrary: fc.constantFrom(' ', '', ';') }
+  )
+  const header = fc.oneof(
+    { weight: 1, arbitrary: fc.constantFrom('*', ' * ', '*,*') },
+    { weight: 8, arbitrary: fc.tuple(element, fc.array(fc.tuple(separator, element), { maxLength: 4 })).map(([first, rest]) => first + rest.map(([a, b]) => a + b).join('')) }
+  )
+  await fc.assert(fc.asyncProperty(header, async (value) => {
+    const parsed = parseConditional(value)
+    const deleted = await harness.request(path, { method: 'DELETE', token: writer(), json: ['p_read_orders'], headers: { 'if-match': value } })
+    const strongMatch = parsed === '*' || (parsed?.some((tag) => !tag.weak && tag.opaque === version) ?? false)
+    const expectedDelete = parsed === undefined ? 400 : strongMatch ? 204 : 412
+    if (deleted.status !== expectedDelete) throw new Error(`If-Match ${JSON.stringify(value)}: expected ${expectedDelete}, got ${deleted.status} ${deleted.text.slice(0, 200)}`)
+    if (deleted.status === 400 && !deleted.text.includes('"pointer":"/if-match"')) throw new Error(`a 400 that does not name If-Match: ${deleted.text}`)
+    const listed = await list('', { 'if-none-match': value }, path)
+    const weakMatch = parsed === '*' || (parsed?.some((tag) => tag.opaque === version) ?? false)
+    const expectedList = parsed === undefined ? 400 : weakMatch ? 304 : 200
+    if (listed.status !== expectedList) throw new Error(`If-None-Match ${JSON.stringify(value)}: expected ${expectedList}, got ${listed.status} ${listed.text.slice(0, 200)}`)
+    if (listed.status === 400 && !listed.text.includes('"pointer":"/if-none-match"')) throw new Error(`a 400 that does not name If-None-Match: ${listed.text}`)
+  }), { seed, numRuns: 400, endOnFailure: true })
+  t.same(await databaseState(), before, 'nothing changed, no history written')
+  t.same(errorLines(), [], 'no error logged')
+})
+
+t.test('no request of this file logged an error', async (t) => {
+  t.same(errorLines(), [])
 })

@@ -1,0 +1,72 @@
+// Readiness over a replica's lifecycle (issue 27): not ready until a sample has found its event
+// loop calm since start (the lag of its own start sheds nothing), ready from then on however busy,
+// and the lifecycle's 503s logged at info, without a stack.
+import { setTimeout as sleep } from 'node:timers/promises'
+import t from 'tap'
+import { ordersPath } from '../fixtures.js'
+import { build, captureLogs } from '../helper.js'
+import { readToken } from '../tokens.js'
+
+// The loop is blocked as by a long synchronous task, but asleep: a spin would take a core from the
+// test files running beside this one.
+const blocked = new Int32Array(new SharedArrayBuffer(4))
+const stallEventLoop = (ms: number) => Atomics.wait(blocked, 0, 0, ms)
+
+t.test('until the first sample of the event loop: /readyz → 503 starting, at info, while /healthz answers', async (t) => {
+  const logs = captureLogs()
+  // No sample for 10 s: long past this test.
+  const harness = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '200', EVENT_LOOP_SAMPLE_INTERVAL_MS: '10000', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  const ready = await harness.request('/readyz')
+  t.equal(ready.status, 503)
+  t.equal(ready.headers.get('retry-after'), '1')
+  t.match(ready.body, { type: '/problems/starting', title: 'Starting', status: 503 })
+  t.equal((await harness.request('/healthz')).status, 200)
+  const line = await logs.waitFor((line) => line.type === '/problems/starting', 'the starting line')
+  t.equal(line.level, 30, 'info')
+  t.notOk('err' in line, 'no error, no stack')
+})
+
+t.test('a start that stalls the event loop → not ready; ready after a calm sample, and stays ready through later lag', async (t) => {
+  // The stall happens during the start (loading, compiling, migrating do the same): the first
+  // sample, due 1 s after the lag monitor began, is taken after it and sees it.
+  const harness = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '100', EVENT_LOOP_SAMPLE_INTERVAL_MS: '1000' }, {
+    extend: async () => { stallEventLoop(1500) }
+  })
+  const lagging = await harness.request('/readyz')
+  t.equal(lagging.status, 503, 'the first sample saw the start\'s stall')
+  t.match(lagging.body, { type: '/problems/starting' })
+  let status = 503
+  for (let attempt = 0; attempt < 30 && status !== 200; attempt++) {
+    await sleep(200)
+    status = (await harness.request('/readyz')).status
+  }
+  t.equal(status, 200, 'ready once a sample found the loop calm')
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 404, 'and the API is served')
+  // Once ready, lag sheds API calls but leaves the replica ready: the other replicas are no better off.
+  // A sample is taken once a second: the request right after a stall that one sees is shed.
+  let shed
+  for (let attempt = 0; attempt < 5 && shed?.status !== 503; attempt++) {
+    stallEventLoop(1200)
+    shed = await harness.request(ordersPath(), { token: readToken() })
+  }
+  t.equal(shed!.status, 503, 'the API is shed')
+  t.equal((await harness.request('/readyz')).status, 200, 'still ready')
+})
+
+t.test('with shedding off (MAX_EVENT_LOOP_DELAY_MS=0), ready at once', async (t) => {
+  const harness = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '0' })
+  t.equal((await harness.request('/readyz')).status, 200)
+})
+
+t.test('draining: /readyz → 503 shutting-down, logged at info without a stack', async (t) => {
+  const logs = captureLogs()
+  const harness = await build(t, { LOG_LEVEL: 'info' }, { logs: logs.stream })
+  harness.app.startDraining()
+  const ready = await harness.request('/readyz')
+  t.equal(ready.status, 503)
+  t.match(ready.body, { type: '/problems/shutting-down' })
+  const line = await logs.waitFor((line) => line.type === '/problems/shutting-down', 'the draining line')
+  t.equal(line.level, 30, 'info')
+  t.notOk('err' in line, 'no error, no stack')
+  t.same(logs.lines.filter((line) => (line.level as number) >= 40), [], 'nothing at warn or above')
+})
