@@ -9,6 +9,25 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { specJsonPath } from '../src/project-root.js'
 
+// Swagger UI's pages and files are served under this policy: everything from this origin only, no
+// inline script (the UI has none), and no page may frame the docs (frame-ancestors 'none': a framed
+// Authorize dialog is a clickjacking target for a pasted token). Inline styles are allowed: the UI
+// injects a <style> element of its own, and a style cannot run code. Not swagger-ui's staticCSP:
+// it allows framing by the same origin and upgrades requests to https, breaking plain http.
+const DOCS_CSP = {
+  'default-src': "'self'",
+  'base-uri': "'self'",
+  'connect-src': "'self'",
+  'font-src': "'self' data:",
+  'form-action': "'self'",
+  'frame-ancestors': "'none'",
+  'img-src': "'self' data:",
+  'object-src': "'none'",
+  'script-src': "'self'",
+  'script-src-attr': "'none'",
+  'style-src': "'self' 'unsafe-inline'"
+}
+
 // Encapsulated: the routes of this context, and only they, are declared public (the auth hook denies
 // every other route without a token), whatever swagger-ui registers now or in a later version.
 async function publicDocs (fastify: FastifyInstance) {
@@ -18,7 +37,9 @@ async function publicDocs (fastify: FastifyInstance) {
   await fastify.register(fastifySwagger, { mode: 'static', specification: { document } })
   await fastify.register(fastifySwaggerUi, {
     routePrefix: '/docs',
-    uiConfig: { url: '/openapi.json', persistAuthorization: true, displayOperationId: true }
+    staticCSP: DOCS_CSP,
+    // No validator badge: it is an image from validator.swagger.io, about the spec served here.
+    uiConfig: { url: '/openapi.json', persistAuthorization: true, displayOperationId: true, validatorUrl: null }
   })
   // No `hide` on these routes: in static mode @fastify/swagger serves the document as it is and
   // never reads the routes' schemas.

@@ -1,8 +1,11 @@
 // Swagger UI as a newcomer uses it, in a real browser (Debian's chromium, driven by playwright-core):
 // Authorize with a token, Execute the list and the pre-filled DELETE, and a call without a token.
 // Screenshots of each step go to reports/browser/ for people to look at.
+import { once } from 'node:events'
 import { existsSync } from 'node:fs'
 import { mkdir, readFile } from 'node:fs/promises'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { chromium, type Locator, type Page } from 'playwright-core'
 import t from 'tap'
@@ -26,6 +29,9 @@ const browser = await chromium.launch({ executablePath, args: ['--no-sandbox'] }
 t.teardown(() => browser.close())
 const page = await browser.newPage({ viewport: { width: 1280, height: 900 } })
 page.setDefaultTimeout(20_000)
+// What the browser refuses under the docs' Content-Security-Policy: nothing, or the UI is broken.
+const refused: string[] = []
+page.on('console', (message) => { if (/Content Security Policy/i.test(message.text())) refused.push(message.text()) })
 
 // The page's Authorize button (the dialog has one of its own).
 const authorizeButton = page.locator('button.authorize:not(.modal-btn)')
@@ -100,4 +106,25 @@ t.test('without a token → 401 and the problem shown', async (t) => {
   t.equal(status, '401')
   t.match(body, /\/problems\/missing-credentials/)
   await shoot('4-no-token-401', operation)
+})
+
+t.test('the whole tour ran under the docs\' Content-Security-Policy without a refusal; no page may frame the docs', async (t) => {
+  t.same(refused, [])
+  const response = await page.goto(`${harness.baseUrl}/docs/`)
+  t.match(response?.headers()['content-security-policy'], /frame-ancestors 'none'/)
+  // A page of another origin (another port) that frames the docs gets an empty frame.
+  const framer = createServer((_request, response) => {
+    response.setHeader('content-type', 'text/html')
+    response.end(`<iframe src="${harness.baseUrl}/docs/static/index.html"></iframe>`)
+  })
+  framer.listen(0, '127.0.0.1')
+  await once(framer, 'listening')
+  t.teardown(() => framer.close())
+  const framing = await browser.newPage()
+  t.teardown(() => framing.close())
+  // The page's load event waits for its frame's.
+  await framing.goto(`http://127.0.0.1:${(framer.address() as AddressInfo).port}/`, { waitUntil: 'load' })
+  const [, frame] = framing.frames()
+  t.ok(frame, 'the frame is there')
+  t.equal(await frame.locator('#swagger-ui').count(), 0, 'the docs did not load inside it')
 })

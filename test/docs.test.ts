@@ -51,3 +51,16 @@ t.test('GET / points to the docs: 302 to /docs, without a token; other methods o
   t.match(await followed.text(), /swagger-ui/)
   t.equal((await harness.request('/', { method: 'POST' })).status, 404)
 })
+
+t.test('Swagger UI\'s pages and files carry a Content-Security-Policy that forbids framing and inline script, and keeps plain http', async (t) => {
+  for (const path of ['/docs/', '/docs/static/index.html', '/docs/static/swagger-initializer.js']) {
+    const res = await fetch(`${harness.baseUrl}${path}`)
+    await res.arrayBuffer()
+    const policy = res.headers.get('content-security-policy') ?? ''
+    t.match(policy, /(^|; )frame-ancestors 'none'(;|$)/, path)
+    t.match(policy, /(^|; )script-src 'self'(;|$)/, path)
+    t.match(policy, /(^|; )default-src 'self'(;|$)/, path)
+    t.match(policy, /(^|; )script-src-attr 'none'(;|$)/, path)
+    t.notMatch(policy, /upgrade-insecure-requests/, path)
+  }
+})
