@@ -1,9 +1,12 @@
 // The deployment's topology with real processes: Debian's HAProxy running gateway/haproxy.cfg (the
 // file docker-compose.yml mounts) in front of two replicas of src/server.ts on one PostgreSQL.
 // Under steady load each replica in turn is stopped (SIGTERM) and started again: no request fails.
+// And the gateway's own guards: a body sent a byte at a time is answered 408 at its timeout,
+// /metrics is refused however it is spelt, and only a request no replica received is sent again.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
-import { once } from 'node:events'
+import { EventEmitter, once } from 'node:events'
 import { request } from 'node:http'
+import { connect, createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
@@ -51,6 +54,74 @@ async function until (what: string, check: () => Promise<boolean> | boolean, tim
 
 interface Answer { status: number, headers: Record<string, string | string[] | undefined>, body: string }
 
+/** A raw HTTP/1.1 answer: the status line's code, headers by lowercase name, and the body as sent. */
+function parseAnswer (raw: string): Answer {
+  const end = raw.indexOf('\r\n\r\n')
+  const [statusLine, ...lines] = raw.slice(0, end < 0 ? raw.length : end).split('\r\n')
+  const headers: Record<string, string> = {}
+  for (const line of lines) {
+    const colon = line.indexOf(':')
+    headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim()
+  }
+  return { status: Number(statusLine.split(' ')[1]), headers, body: end < 0 ? '' : raw.slice(end + 4) }
+}
+
+/**
+ * A request without a body written byte for byte (node:http would normalise its target), with
+ * Connection: close: the answer, read until the other side closes, within a bound.
+ */
+function sendRaw (port: number, target: string, method = 'GET'): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1')
+    const chunks: Buffer[] = []
+    const giveUp = setTimeout(() => {
+      socket.destroy()
+      reject(new Error(`no whole answer within 5 s to ${method} ${target}`))
+    }, 5_000)
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk))
+    socket.on('error', reject)
+    socket.on('close', () => {
+      clearTimeout(giveUp)
+      resolve(parseAnswer(Buffer.concat(chunks).toString('latin1')))
+    })
+    socket.write(`${method} ${target} HTTP/1.1\r\nHost: api.example.test\r\nAuthorization: Bearer ${readWrite}\r\nConnection: close\r\n\r\n`, 'latin1')
+  })
+}
+
+interface SlowSend { answer: Answer, bodyBytesSent: number, closedAfterMs: number | undefined }
+
+/**
+ * A DELETE that announces a body of 1000 bytes and sends it a byte a second, as a slow or hostile
+ * client does: the answer, how much body had been sent, and when the other side closed the
+ * connection (undefined if it had not after 20 s, when the client gives up).
+ */
+function sendSlowly (port: number, path: string, authorization: string | undefined): Promise<SlowSend> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    const started = Date.now()
+    const chunks: Buffer[] = []
+    let bodyBytesSent = 1
+    let closedAfterMs: number | undefined
+    socket.write(`DELETE ${path} HTTP/1.1\r\nHost: api.example.test\r\n` +
+      (authorization ? `Authorization: Bearer ${authorization}\r\n` : '') +
+      'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n[')
+    const drip = setInterval(() => {
+      socket.write(' ')
+      bodyBytesSent++
+    }, 1_000)
+    const giveUp = setTimeout(() => socket.destroy(), 20_000)
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk))
+    // A byte written after the gateway closed fails: expected.
+    socket.on('error', () => {})
+    socket.on('end', () => { closedAfterMs = Date.now() - started })
+    socket.on('close', () => {
+      clearInterval(drip)
+      clearTimeout(giveUp)
+      resolve({ answer: parseAnswer(Buffer.concat(chunks).toString('latin1')), bodyBytesSent, closedAfterMs })
+    })
+  })
+}
+
 /** A request through the gateway, with the Host a public client would send. */
 function send (port: number, method: string, path: string, options: { body?: string, headers?: Record<string, string> } = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
@@ -94,9 +165,9 @@ function startReplica (index: number): Running {
 }
 
 /** HAProxy's view of a replica (its stats CSV): UP, DOWN, MAINT... */
-async function gatewaySees (index: number): Promise<string | undefined> {
+async function gatewaySees (index: number, stats = statsPort): Promise<string | undefined> {
   try {
-    const csv = await (await fetch(`http://127.0.0.1:${statsPort}/stats;csv`)).text()
+    const csv = await (await fetch(`http://127.0.0.1:${stats}/stats;csv`)).text()
     const row = csv.split('\n').find((line) => line.startsWith(`replicas,replica-${index + 1},`))
     return row?.split(',')[17]
   } catch {
@@ -104,13 +175,21 @@ async function gatewaySees (index: number): Promise<string | undefined> {
   }
 }
 
+/** HAProxy on gateway/haproxy.cfg, listening on `port` (stats on `stats`) in front of two ports. */
+function startGateway (port: number, stats: number, [replica1, replica2]: number[]): Running {
+  return start(haproxy!, ['-db', '-f', join(projectRoot, 'gateway', 'haproxy.cfg')], {
+    GATEWAY_BIND: `127.0.0.1:${port}`,
+    GATEWAY_STATS: `127.0.0.1:${stats}`,
+    REPLICA_1: `127.0.0.1:${replica1}`,
+    REPLICA_2: `127.0.0.1:${replica2}`
+  })
+}
+
+/** The gateway's log line for a request id. */
+const logLineOf = (gateway: Running, id: string) => gateway.output().split('\n').find((line) => line.endsWith(`request_id=${id}`))
+
 const replicas = [startReplica(0), startReplica(1)]
-const gateway = start(haproxy, ['-db', '-f', join(projectRoot, 'gateway', 'haproxy.cfg')], {
-  GATEWAY_BIND: `127.0.0.1:${gatewayPort}`,
-  GATEWAY_STATS: `127.0.0.1:${statsPort}`,
-  REPLICA_1: `127.0.0.1:${replicaPorts[0]}`,
-  REPLICA_2: `127.0.0.1:${replicaPorts[1]}`
-})
+const gateway = startGateway(gatewayPort, statsPort, replicaPorts)
 await until('both replicas up behind the gateway', async () => (await gatewaySees(0)) === 'UP' && (await gatewaySees(1)) === 'UP', 60_000)
 
 const db = new pg.Pool({ connectionString: databaseUrl, max: 2 })
@@ -126,6 +205,14 @@ await seedDatabase(db, {
 const granted = async () => (await db.query<{ permission_id: string }>(
   'SELECT permission_id FROM grants WHERE resource_id = $1 AND client_id = $2 ORDER BY permission_id', [RESOURCE, CLIENT]
 )).rows.map((row) => row.permission_id)
+
+// Started now and checked near the end: the gateway's 10 s timeout runs while the other tests do.
+// With a token and without: a replica answers the tokenless one 401 before its body, but the
+// gateway holds both until their bodies are in.
+const slowSends = Promise.all([
+  sendSlowly(gatewayPort, `/resources/${RESOURCE}/authorized_clients/slow-with-token/permissions`, readWrite),
+  sendSlowly(gatewayPort, `/resources/${RESOURCE}/authorized_clients/slow-without-token/permissions`, undefined)
+])
 
 t.test('Link URLs carry the gateway\'s public host and scheme, whatever the client forges', async (t) => {
   const page = await send(gatewayPort, 'GET', `${collection}?limit=5`, { headers: { 'x-forwarded-proto': 'javascript', 'x-forwarded-host': 'evil.example' } })
@@ -145,13 +232,54 @@ t.test('the gateway\'s request id is in the response, the problem body, the repl
   t.pass('in the gateway\'s and a replica\'s log')
 })
 
-t.test('/metrics is not served through the gateway', async (t) => {
-  const metrics = await send(gatewayPort, 'GET', '/metrics')
-  t.equal(metrics.status, 404)
-  t.equal(metrics.headers['content-type'], 'application/problem+json')
+t.test('/metrics through the gateway, however it is spelt → 404 problem, never the metrics; API paths unaffected', async (t) => {
+  const isMetrics = (answer: Answer) => answer.status === 200 && answer.body.includes('# HELP ')
+  // What the replicas (no METRICS_PORT) serve as their metrics: the router decodes the path and
+  // drops the query, in origin or absolute form. Each is checked on a replica directly first.
+  const servedAsMetrics = [
+    '/metrics', '/%6detrics', '/%6Detrics', '/metric%73', '/%6d%65%74%72%69%63%73', '/metrics?x=1', '/metrics?',
+    '/%6Detrics?x=%zz', 'http://api.example.test/metrics', 'HTTP://api.example.test/metrics',
+    'https://api.example.test/metrics', 'http://api.example.test/%6detrics'
+  ]
+  for (const target of servedAsMetrics) {
+    t.ok(isMetrics(await sendRaw(replicaPorts[0], target)), `${target}: a replica serves its metrics`)
+    const answer = await sendRaw(gatewayPort, target)
+    t.equal(answer.status, 404, `${target} through the gateway`)
+    t.equal(answer.headers['content-type'], 'application/problem+json', target)
+    t.equal(JSON.parse(answer.body).status, 404, target)
+    t.equal(answer.headers['x-request-id'], undefined, `${target}: answered by the gateway, no replica saw it`)
+  }
+  t.equal((await sendRaw(gatewayPort, '/%6detrics', 'HEAD')).status, 404, 'HEAD too')
+  // Served as metrics too, but not valid HTTP: the gateway refuses a fragment in the target.
+  t.ok(isMetrics(await sendRaw(replicaPorts[0], '/metrics#x')), '/metrics#x: a replica serves its metrics')
+  t.equal((await sendRaw(gatewayPort, '/metrics#x')).status, 400, '/metrics#x through the gateway')
+  // Not metrics to the router today (404), some only because of its options (slashes, ;params,
+  // case): refused all the same, by the gateway or by a replica.
+  const otherSpellings = [
+    '/METRICS', '/%4detrics', '/metrics/', '/%6detrics/', '/metrics;x', '/metrics%00', '/metrics%2F', '/%2Fmetrics',
+    '//metrics', '/./metrics', '/%2e/metrics', '/../metrics', '/x/../metrics', '/x/%2e%2e/metrics', '/metrics%3Fx',
+    'http://api.example.test//metrics'
+  ]
+  for (const target of otherSpellings) {
+    const answer = await sendRaw(gatewayPort, target)
+    t.equal(answer.status, 404, `${target} through the gateway`)
+    t.match(answer.headers['content-type'], /^application\/problem\+json(;|$)/, target)
+  }
+  // The rule reads the decoded path, not every path with "metrics" in it.
+  const encoded = await sendRaw(gatewayPort, `/resources/${RESOURCE}/authorized_clients/${CLIENT}/%70ermissions?limit=1`)
+  t.equal(encoded.status, 200, 'an API path with an encoded letter is served')
+  t.equal(JSON.parse(encoded.body).length, 1)
+  const named = await sendRaw(gatewayPort, '/resources/metrics/authorized_clients/metrics/permissions')
+  t.equal(named.status, 404)
+  t.equal(JSON.parse(named.body).type, '/problems/resource-not-found', 'a resource named metrics reaches a replica')
 })
 
-t.test('DELETE bodies arrive intact: 400 ids removed exactly; one unknown id among 399 named exactly', async (t) => {
+t.test('DELETE bodies arrive intact: 500 long unknown ids (100 KB) named exactly; 400 ids removed exactly; one unknown id among 399 named exactly', async (t) => {
+  // Longer than the gateway's buffer (16 KiB), which it then passes on as it fills.
+  const long = Array.from({ length: 500 }, (_, index) => `unknown-${index}-${'x'.repeat(200)}`)
+  const longAnswer = await send(gatewayPort, 'DELETE', collection, { body: JSON.stringify(long) })
+  t.equal(longAnswer.status, 422, 'a body of 100 KB')
+  t.same(JSON.parse(longAnswer.body).unknown_permission_ids, long)
   const ids = Array.from({ length: 400 }, (_, index) => permissionId(index + 50))
   const unknown = await send(gatewayPort, 'DELETE', collection, { body: JSON.stringify([...ids.slice(0, 399), 'no-such-permission']) })
   t.equal(unknown.status, 422)
@@ -159,6 +287,103 @@ t.test('DELETE bodies arrive intact: 400 ids removed exactly; one unknown id amo
   t.equal((await granted()).length, PERMISSIONS, 'nothing removed')
   t.equal((await send(gatewayPort, 'DELETE', collection, { body: JSON.stringify(ids) })).status, 204)
   t.same(await granted(), Array.from({ length: 50 }, (_, index) => permissionId(index)))
+})
+
+/**
+ * The one stand-in of this file, for what a real replica cannot be made to do on cue: dying
+ * mid-request. It answers the gateway's health checks (GET /readyz) as a ready replica does; any
+ * other request it reads whole, records, and then closes the connection without a byte of answer.
+ * `close` then stops its listener: connections are refused, as to a replica that is gone.
+ */
+async function dyingReplica () {
+  const received: Array<{ requestLine: string, requestId: string }> = []
+  const checks = new EventEmitter()
+  const server = createServer((socket) => {
+    let data = Buffer.alloc(0)
+    socket.on('error', () => {})
+    socket.on('data', (chunk: Buffer) => {
+      data = Buffer.concat([data, chunk])
+      const end = data.indexOf('\r\n\r\n')
+      if (end < 0) return
+      const head = data.subarray(0, end).toString('latin1')
+      if (data.length < end + 4 + Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0)) return
+      socket.removeAllListeners('data')
+      if (head.startsWith('GET /readyz ')) {
+        socket.end('HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n')
+        checks.emit('check')
+      } else {
+        received.push({ requestLine: head.split('\r\n')[0], requestId: /\r\nx-request-id: *([^\r]*)/i.exec(head)?.[1] ?? '' })
+        socket.destroy()
+      }
+    })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.close() })
+  return {
+    port: (server.address() as { port: number }).port,
+    received,
+    nextCheck: () => once(checks, 'check'),
+    close: () => { server.close() }
+  }
+}
+
+t.test('the gateway sends a request again only when no replica received it', async (t) => {
+  // A second gateway from the same file: replica 1 is the stand-in, replica 2 the real one.
+  const stub = await dyingReplica()
+  const port = await freePort()
+  const stats = await freePort()
+  const retrying = startGateway(port, stats, [stub.port, replicaPorts[1]])
+  await until('both in rotation behind the second gateway', async () => (await gatewaySees(0, stats)) === 'UP' && (await gatewaySees(1, stats)) === 'UP')
+  // Checked twice: its health is full, so one failed check does not take it out.
+  await stub.nextCheck()
+  await stub.nextCheck()
+
+  t.test('a replica that dies mid-request: the DELETE is not sent to the other one → 502 problem, nothing removed', async (t) => {
+    // Round robin: one of two consecutive requests goes to the stand-in.
+    for (let attempt = 0; stub.received.length === 0 && attempt < 4; attempt++) {
+      const id = permissionId(40 + attempt)
+      const answer = await send(port, 'DELETE', collection, { body: JSON.stringify([id]) })
+      if (stub.received.length === 0) {
+        t.equal(answer.status, 204, `${id}: removed by the real replica`)
+        continue
+      }
+      t.equal(answer.status, 502, `${id}: the client is told`)
+      t.equal(answer.headers['content-type'], 'application/problem+json')
+      t.match(JSON.parse(answer.body), { status: 502, detail: /may have been applied/ })
+      t.ok((await granted()).includes(id), `${id} still granted: the real replica never received it`)
+      const [{ requestId }] = stub.received
+      await until('the log line', () => logLineOf(retrying, requestId) !== undefined, 5_000)
+      t.match(logLineOf(retrying, requestId), / 502 replicas\/replica-1 .* retries=0 /, 'one attempt, on the stand-in')
+    }
+    t.same(stub.received.map(({ requestLine }) => requestLine), [`DELETE ${collection} HTTP/1.1`], 'the stand-in received it once')
+  })
+
+  t.test('a replica that refuses connections: the request goes to the other one and succeeds', async (t) => {
+    // Right after a check: the gateway needs two more, 500 ms apart, to take it out of rotation.
+    await stub.nextCheck()
+    stub.close()
+    const ids = [permissionId(44), permissionId(45)]
+    // Round robin: one of the two is sent to the closed port first.
+    const answers = [
+      await send(port, 'DELETE', collection, { body: JSON.stringify([ids[0]]) }),
+      await send(port, 'DELETE', collection, { body: JSON.stringify([ids[1]]) })
+    ]
+    t.same(answers.map(({ status }) => status), [204, 204])
+    t.notOk((await granted()).some((id) => ids.includes(id)), 'both removed')
+    const lineOf = ({ headers }: Answer) => logLineOf(retrying, headers['x-request-id'] as string)
+    await until('the log lines', () => answers.every(lineOf), 5_000)
+    const lines = answers.map(lineOf)
+    t.ok(lines.every((line) => / 204 replicas\/replica-2 /.test(line ?? '')), 'both answered by the real replica')
+    t.ok(lines.some((line) => / retries=\+1 /.test(line ?? '')), `one sent again, to the other replica: ${lines.join(' | ')}`)
+    t.equal(stub.received.length, 1, 'nothing more reached the stand-in')
+  })
+
+  t.test('the second gateway stops', async () => {
+    const stopped = once(retrying.child, 'exit')
+    retrying.child.kill('SIGTERM')
+    await stopped
+  })
 })
 
 t.test('a rolling restart under steady load: each replica stopped and started again, no request fails', async (t) => {
@@ -205,6 +430,22 @@ t.test('a rolling restart under steady load: each replica stopped and started ag
   t.ok(answered.GET > 20 && answered.DELETE > 10, `steady load: ${answered.GET} GETs and ${answered.DELETE} DELETEs answered`)
   t.equal(await gatewaySees(0), 'UP')
   t.equal(await gatewaySees(1), 'UP')
+})
+
+t.test('a body sent a byte a second → 408 problem from the gateway at 10 s, connection closed, with a token or without', async (t) => {
+  for (const [index, { answer, bodyBytesSent, closedAfterMs }] of (await slowSends).entries()) {
+    const which = ['with a token', 'without'][index]
+    t.equal(answer.status, 408, which)
+    t.equal(answer.headers['content-type'], 'application/problem+json')
+    t.equal(answer.headers.connection, 'close')
+    t.equal(JSON.parse(answer.body).status, 408)
+    t.ok(bodyBytesSent < 1000, `${which}: ${bodyBytesSent} of 1000 bytes sent`)
+    // timeout http-request: 10 s for the whole request.
+    t.ok(closedAfterMs !== undefined && closedAfterMs >= 9_500 && closedAfterMs < 15_000, `${which}: closed by the gateway after ${closedAfterMs} ms`)
+  }
+  for (const client of ['slow-with-token', 'slow-without-token']) {
+    t.match(gateway.output(), new RegExp(`DELETE /resources/${RESOURCE}/authorized_clients/${client}/permissions 408 api/<NOSRV> `), `${client}: no replica received it`)
+  }
 })
 
 t.test('the topology stops cleanly: replicas exit 0 on SIGTERM, the gateway on SIGTERM', async (t) => {
