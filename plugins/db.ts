@@ -6,15 +6,32 @@ import fp from 'fastify-plugin'
 import { databaseErrorSummary } from '../db/errors.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { DatabasePool } from '../db/pool.js'
-import { ping } from '../db/queries/statement.js'
+import { ping, type Queryable } from '../db/queries/statement.js'
+import { parseLsn } from '../db/lsn.js'
+import { ReplicaSet, replicaFailed } from '../db/replicas.js'
+import { replicaUrlsOf } from '../src/config.js'
 import { migrationsDir } from '../src/project-root.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
     db: DatabasePool
+    /** The streaming replicas reads may go to (DATABASE_REPLICA_URLS); undefined without. */
+    replicas: ReplicaSet | undefined
+    /**
+     * Runs a read where it may be answered: on a replica that may answer it, else on the primary
+     * (db/replicas.ts says which may). `run` is handed where, and whether to ask for the position.
+     */
+    read: <T extends { position?: string }>(run: (db: Queryable, position: boolean) => Promise<T>, options?: ReadOptions<T>) => Promise<T>
     /** Resolves when the database answers, within READINESS_TIMEOUT_MS; rejects when it does not. */
     checkDatabase: () => Promise<void>
   }
+}
+
+export interface ReadOptions<T> {
+  /** The position the caller has seen (Consistency-Token): the answer must be at least as new. */
+  after?: bigint
+  /** Whether a replica's answer is new enough (an If-None-Match naming a newer version is not). */
+  satisfied?: (result: T) => boolean
 }
 
 export default fp(async function db (fastify) {
@@ -32,13 +49,13 @@ export default fp(async function db (fastify) {
         // index scan, so it is used from the first execution.
         ...(config.DATABASE_PREPARED_STATEMENTS ? { plan_cache_mode: 'force_generic_plan' } : {})
       }
-  const pool = new DatabasePool({
-    connectionString: DATABASE_URL,
+  const poolOptions = {
     max: config.DATABASE_POOL_MAX,
     connectionWaitMs: config.DATABASE_CONNECTION_WAIT_MS,
     queryTimeoutMs: config.DATABASE_QUERY_TIMEOUT_MS,
     settings
-  })
+  }
+  const pool = new DatabasePool({ connectionString: DATABASE_URL, ...poolOptions })
   // Readiness gets its own connection: behind a saturated pool it would wait its turn and fail.
   const probePool = new DatabasePool({
     connectionString: DATABASE_URL,
@@ -54,8 +71,28 @@ export default fp(async function db (fastify) {
   pool.on('error', (error) => fastify.log.warn(databaseErrorSummary(error), 'idle database connection lost'))
   probePool.on('error', () => {})
   fastify.decorate('db', pool)
-  fastify.decorate('checkDatabase', readinessCheck(pool, probePool, config.READINESS_TIMEOUT_MS))
-  fastify.addHook('onClose', async () => { await Promise.all([pool.end(), probePool.end()]) })
+  const replicaUrls = replicaUrlsOf(config)
+  const replicas = replicaUrls.length === 0
+    ? undefined
+    : new ReplicaSet({
+      urls: replicaUrls,
+      pool: poolOptions,
+      primaryUrl: DATABASE_URL,
+      maxLagMs: config.DATABASE_REPLICA_MAX_LAG_MS,
+      probeIntervalMs: config.DATABASE_REPLICA_PROBE_INTERVAL_MS
+    })
+  replicas?.on('down', (replica, error: Error) => fastify.log.warn({ replica: replica.name, ...databaseErrorSummary(error) }, 'database replica down: its reads go elsewhere'))
+  replicas?.on('up', (replica) => fastify.log.warn({ replica: replica.name }, 'database replica back: it takes reads again'))
+  fastify.decorate('replicas', replicas)
+  fastify.decorate('read', replicas ? readAnywhere(pool, replicas) : async (run) => run(pool, false))
+  const primaryCheck = readinessCheck(pool, probePool, config.READINESS_TIMEOUT_MS)
+  // With replicas, a replica still answering reads keeps the service ready while the primary is
+  // down: writes answer 503 database-unavailable, and a gateway that pulled every replica of the
+  // service would fail the reads too.
+  fastify.decorate('checkDatabase', replicas
+    ? () => primaryCheck().catch((error: unknown) => { if (!replicas.replicas.some(({ up }) => up)) throw error })
+    : primaryCheck)
+  fastify.addHook('onClose', async () => { await Promise.all([pool.end(), probePool.end(), replicas?.close()]) })
 
   // Migrations get a connection of their own, without the query timeout: a migration may be slow.
   const migrationPool = new DatabasePool({
@@ -75,7 +112,41 @@ export default fp(async function db (fastify) {
     throw new Error(`the database refused the session settings sent with each connection (${error.message}); ` +
       'behind a transaction pooler such as PgBouncer, set DATABASE_POOLER=transaction', { cause: error })
   })
+  // Their first probe: a replica that answers takes reads from the first request.
+  await replicas?.start()
 }, { name: 'db', dependencies: ['env'] })
+
+/**
+ * Reads with replicas: on one that may answer (ReplicaSet.choose), else on the primary. A replica
+ * that fails the read (unreachable, or too slow) is marked down and the read goes to the primary;
+ * an answer older than the request needs (`satisfied`) is asked of the primary again.
+ */
+function readAnywhere (primary: DatabasePool, replicas: ReplicaSet) {
+  return async function read<T extends { position?: string }> (run: (db: Queryable, position: boolean) => Promise<T>, { after, satisfied }: ReadOptions<T> = {}): Promise<T> {
+    const replica = replicas.choose(after)
+    let reason: string
+    if (typeof replica === 'string') reason = replica
+    else {
+      try {
+        const result = await run(replica.pool, true)
+        replicas.observed(replica, parseLsn(result.position!)!)
+        if (!satisfied || satisfied(result)) {
+          replicas.emit('read', replica.name)
+          return result
+        }
+        reason = 'behind_version'
+      } catch (error) {
+        if (!replicaFailed(error)) throw error
+        replicas.markDown(replica, error as Error)
+        reason = 'replica_failed'
+      }
+    }
+    replicas.emit('fallback', reason)
+    const result = await run(primary, true)
+    replicas.emit('read', 'primary')
+    return result
+  }
+}
 
 /**
  * The readiness check: the database answers someone within `timeoutMs`. `SELECT 1` on the probe's

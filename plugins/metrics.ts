@@ -77,6 +77,37 @@ export default fp(async function metrics (fastify) {
     else if (error instanceof pg.DatabaseError) databaseErrors.inc({ kind: 'query' })
   })
   pool.on('error', () => databaseErrors.inc({ kind: 'idle_connection' }))
+  const { replicas } = fastify
+  if (replicas) {
+    const reads = new client.Counter({ name: 'db_reads_total', help: 'Reads by where they were answered: primary, replica-1...', labelNames: ['target'] })
+    for (const target of ['primary', ...replicas.replicas.map(({ name }) => name)]) reads.inc({ target }, 0)
+    replicas.on('read', (target: string) => reads.inc({ target }))
+    const fallbacks = new client.Counter({
+      name: 'db_read_fallbacks_total',
+      help: 'Reads sent to the primary instead of a replica, by reason: none_up, lagging (past ' +
+        'DATABASE_REPLICA_MAX_LAG_MS), behind_token (Consistency-Token not replayed), behind_version ' +
+        '(If-None-Match names a newer version), replica_failed (the read failed on the replica)',
+      labelNames: ['reason']
+    })
+    for (const reason of ['none_up', 'lagging', 'behind_token', 'behind_version', 'replica_failed']) fallbacks.inc({ reason }, 0)
+    replicas.on('fallback', (reason: string) => fallbacks.inc({ reason }))
+    new client.Gauge({ // eslint-disable-line no-new
+      name: 'db_replica_lag_seconds',
+      help: 'How long ago the primary was at a position the replica has not replayed (NaN while the primary cannot be asked)',
+      labelNames: ['replica'],
+      collect () {
+        for (const replica of replicas.replicas) this.set({ replica: replica.name }, (replicas.lagMs(replica) ?? NaN) / 1000)
+      }
+    })
+    new client.Gauge({ // eslint-disable-line no-new
+      name: 'db_replica_up',
+      help: '1 while the replica answers its probe and takes reads, 0 while it is marked down',
+      labelNames: ['replica'],
+      collect () {
+        for (const replica of replicas.replicas) this.set({ replica: replica.name }, replica.up ? 1 : 0)
+      }
+    })
+  }
 
   if (!ownPort) return
   // Bound when the app is ready, so a port in use fails the start with its error; closed with it.

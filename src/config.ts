@@ -27,6 +27,16 @@ const schema = {
     // "transaction" behind a transaction pooler (PgBouncer pool_mode=transaction): no session
     // settings are sent with connections (the pooler refuses them); put them on the role instead.
     DATABASE_POOLER: { type: 'string', enum: ['none', 'transaction'], default: 'none' },
+    // Streaming replicas of DATABASE_URL, comma-separated: reads (GET and HEAD of the list and the
+    // history) may be answered by one; writes never are. Unset: every statement on DATABASE_URL.
+    DATABASE_REPLICA_URLS: { type: 'string', pattern: '^ *postgres(ql)?://[^,]+( *, *postgres(ql)?://[^,]+)* *$' },
+    // A read without Consistency-Token goes to a replica only while its lag is at most this: a
+    // second, about what a caller without a token notices of a change made elsewhere, and well
+    // above the probe's own resolution (DATABASE_REPLICA_PROBE_INTERVAL_MS).
+    DATABASE_REPLICA_MAX_LAG_MS: { type: 'integer', minimum: 0, maximum: 3600000, default: 1000 },
+    // How often each replica's replayed position (and the primary's) is probed; a probe that does
+    // not answer within the interval marks the replica down until one does.
+    DATABASE_REPLICA_PROBE_INTERVAL_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 250 },
     // /readyz's bound on its own check of the database (connect and query).
     READINESS_TIMEOUT_MS: { type: 'integer', minimum: 1, maximum: 60000, default: 1000 },
     // Named prepared statements, planned once per connection. Turn off behind a PgBouncer in
@@ -109,6 +119,9 @@ export interface Config {
   DATABASE_STATEMENT_TIMEOUT_MS: number
   DATABASE_QUERY_TIMEOUT_MS: number
   DATABASE_POOLER: 'none' | 'transaction'
+  DATABASE_REPLICA_URLS?: string
+  DATABASE_REPLICA_MAX_LAG_MS: number
+  DATABASE_REPLICA_PROBE_INTERVAL_MS: number
   READINESS_TIMEOUT_MS: number
   DATABASE_PREPARED_STATEMENTS: boolean
   MIGRATIONS_DATABASE_URL?: string
@@ -206,6 +219,11 @@ export function loadStartupConfig (env: Record<string, string | undefined> = pro
 /** JWT_AUDIENCE's values: comma-separated, blanks around them ignored. */
 export function audiencesOf (config: Pick<Config, 'JWT_AUDIENCE'>): string[] {
   return (config.JWT_AUDIENCE ?? '').split(',').map((value) => value.trim()).filter(Boolean)
+}
+
+/** DATABASE_REPLICA_URLS's URLs, in order; none when unset. */
+export function replicaUrlsOf (config: Pick<Config, 'DATABASE_REPLICA_URLS'>): string[] {
+  return (config.DATABASE_REPLICA_URLS ?? '').split(',').map((url) => url.trim()).filter(Boolean)
 }
 
 /** JWT_SCOPE_CLAIMS's claims, in order. */

@@ -59,6 +59,7 @@ const recordChange = (action: 'granted' | 'unauthorized') => `
     FROM recorded
   )
   SELECT target.*, precondition.met AS precondition_met, ${unknownIds},
+    (SELECT version FROM locked)::text AS version_before,
     (SELECT count(*) FROM changed) AS changed,
     (SELECT id FROM recorded) AS change_id,
     (SELECT count(*) FROM notified) AS notified
@@ -105,7 +106,15 @@ export interface ChangeResult extends Target {
   changed: number
   /** The history row written for the change; undefined when nothing changed. */
   changeId?: string
+  /** The authorization's version after the change (the 204's ETag); undefined when not authorized. */
+  version?: string
+  /** The WAL position of the commit, when asked for (StatementOptions.position). */
+  position?: string
 }
+
+// The version a change left (a trigger moved it at the end of the statement, so the statement
+// could not see it), read under the statement's lock: no other change comes between.
+const versionAfterSql = 'SELECT version::text FROM authorizations WHERE resource_id = $1 AND client_id = $2'
 
 /**
  * One change of a client's grants on a resource, all or nothing: one statement that changes only
@@ -121,19 +130,35 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
     // pooled server connection.
     const timeout = Math.trunc(options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS)
     await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}`)
-    const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, unknown_permission_ids: string[], changed: string, change_id: string | null }>(
+    const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, unknown_permission_ids: string[], changed: string, change_id: string | null, version_before: string | null }>(
       statement(name, text, [
         input.resourceId, input.clientId, input.permissionIds, input.ifMatch ?? null,
         input.actor.sub ?? null, input.actor.clientId ?? null, input.requestId
       ], options))
-    await client.query('COMMIT')
+    const changed = Number(row.changed)
+    let version = row.version_before ?? undefined
+    if (changed > 0) {
+      const { rows: [after] } = await client.query<{ version: string }>(statement('version after change', versionAfterSql, [input.resourceId, input.clientId], options))
+      version = after.version
+    }
+    // The commit's position in the same round trip, when asked for: where a replica must have
+    // replayed to show this change.
+    let position: string | undefined
+    if (options.position === true) {
+      const results = await client.query('COMMIT; SELECT pg_current_wal_lsn()::text AS position') as unknown as Array<{ rows: Array<{ position: string }> }>
+      position = results[1].rows[0].position
+    } else {
+      await client.query('COMMIT')
+    }
     client.release()
     return {
       ...targetOf(row),
       preconditionMet: row.precondition_met,
       unknownPermissionIds: row.unknown_permission_ids,
-      changed: Number(row.changed),
-      changeId: row.change_id ?? undefined
+      changed,
+      changeId: row.change_id ?? undefined,
+      version,
+      position
     }
   } catch (error) {
     // A connection whose transaction failed is not reused: it may be in any state.

@@ -1,5 +1,6 @@
 // The change history (migration 0005, append-only since 0006): read a page of it, prune it.
 import type pg from 'pg'
+import { positionColumn } from '../lsn.js'
 import { type Queryable, type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
 
 export interface PermissionChange {
@@ -25,13 +26,15 @@ export interface ChangeHistoryPage extends Target {
   changes: PermissionChange[]
   /** Whether older changes follow this page. */
   more: boolean
+  /** The WAL position of the state read, when asked for (StatementOptions.position). */
+  position?: string
 }
 
 /** One page of a client's change history on a resource, newest first; $3 limit, $4 before (or NULL). */
-export const changeHistorySql = `
+export const changeHistorySql = (position = false) => `
   WITH target AS (
     SELECT ${targetColumns},
-      EXISTS (SELECT 1 FROM permission_changes WHERE resource_id = $1 AND client_id = $2) AS has_history
+      EXISTS (SELECT 1 FROM permission_changes WHERE resource_id = $1 AND client_id = $2) AS has_history${position ? ', ' + positionColumn : ''}
   )
   SELECT target.*, c.id, c.at, c.action, c.permission_ids, c.actor_sub, c.actor_client_id, c.request_id
   FROM target
@@ -43,6 +46,9 @@ export const changeHistorySql = `
   ) c ON true
   ORDER BY c.id DESC`
 
+const changeHistory = changeHistorySql()
+const changeHistoryWithPosition = changeHistorySql(true)
+
 export async function listPermissionChanges (db: Queryable, input: ChangeHistoryInput, options: StatementOptions): Promise<ChangeHistoryPage> {
   const { rows } = await db.query<TargetRow & {
     has_history: boolean,
@@ -53,7 +59,10 @@ export async function listPermissionChanges (db: Queryable, input: ChangeHistory
     actor_sub: string | null,
     actor_client_id: string | null,
     request_id: string
-  }>(statement('change history', changeHistorySql, [input.resourceId, input.clientId, input.limit, input.before ?? null], options))
+    position?: string
+  }>(options.position === true
+    ? statement('change history+position', changeHistoryWithPosition, [input.resourceId, input.clientId, input.limit, input.before ?? null], options)
+    : statement('change history', changeHistory, [input.resourceId, input.clientId, input.limit, input.before ?? null], options))
   const changes: PermissionChange[] = []
   for (const row of rows) {
     if (row.id === null) continue
@@ -67,7 +76,7 @@ export async function listPermissionChanges (db: Queryable, input: ChangeHistory
     })
   }
   const more = changes.length > input.limit
-  return { ...targetOf(rows[0]), hasHistory: rows[0].has_history, changes: changes.slice(0, input.limit), more }
+  return { ...targetOf(rows[0]), hasHistory: rows[0].has_history, changes: changes.slice(0, input.limit), more, position: rows[0].position }
 }
 
 /**

@@ -1,4 +1,5 @@
 // The list: one page of a client's grants on a resource, its total and version, in one statement.
+import { positionColumn } from '../lsn.js'
 import type { SortDirection, SortKey, SortProperty } from './sort.js'
 import { type Queryable, type StatementOptions, type Target, type TargetRow, statement, targetOf } from './statement.js'
 
@@ -18,6 +19,8 @@ export interface PermissionPage extends Target {
   permissions: Permission[]
   /** The authorization's version (migration 0004), behind the ETag; undefined when not authorized. */
   version?: string
+  /** The WAL position of the state read, when asked for (StatementOptions.position). */
+  position?: string
 }
 
 // The only text that reaches ORDER BY: columns from these maps and directions from a closed set.
@@ -63,7 +66,7 @@ function pageOf (keys: SortKey[], when: string, limit: string, offset: string): 
  * read backwards from the end: either way the statement reads about one page of rows, wherever the
  * page is. Page and total come from one snapshot.
  */
-export function listGrantedPermissionsSql (sort: SortKey[]): string {
+export function listGrantedPermissionsSql (sort: SortKey[], position = false): string {
   const keys = decidingKeys(sort)
   const backwards = keys.map(({ property, direction }) => ({ property, direction: reversed[direction] }))
   return `
@@ -73,13 +76,13 @@ export function listGrantedPermissionsSql (sort: SortKey[]): string {
         (SELECT grant_count FROM authorizations WHERE resource_id = $1 AND client_id = $2) AS total,
         (SELECT version FROM authorizations WHERE resource_id = $1 AND client_id = $2) AS version,
         -- The page number times the limit, as bigint: up to 5·10^16 rows, past JavaScript's integers.
-        $3::bigint * $4::bigint AS skip
+        $3::bigint * $4::bigint AS skip${position ? ', ' + positionColumn : ''}
     )
     SELECT
       -- An authorization implies both exist (foreign keys): they are looked up only for a 404.
       CASE WHEN t.total IS NULL THEN EXISTS (SELECT 1 FROM resources WHERE id = $1) ELSE true END AS resource_exists,
       CASE WHEN t.total IS NULL THEN EXISTS (SELECT 1 FROM clients WHERE id = $2) ELSE true END AS client_exists,
-      t.total IS NOT NULL AS authorized, coalesce(t.total, 0) AS total, t.version,
+      t.total IS NOT NULL AS authorized, coalesce(t.total, 0) AS total, t.version,${position ? ' t.position,' : ''}
       page.id, page.name, page.description
     FROM t
     LEFT JOIN LATERAL (
@@ -95,12 +98,12 @@ export function listGrantedPermissionsSql (sort: SortKey[]): string {
 // properties, each kept once).
 const listStatements = new Map<string, { name: string, text: string }>()
 
-function listStatement (sort: SortKey[]): { name: string, text: string } {
+function listStatement (sort: SortKey[], position: boolean): { name: string, text: string } {
   const keys = decidingKeys(sort)
-  const name = `list ${keys.map(({ property, direction }) => `${property}.${direction}`).join(',')}`
+  const name = `list${position ? '+position' : ''} ${keys.map(({ property, direction }) => `${property}.${direction}`).join(',')}`
   let known = listStatements.get(name)
   if (!known) {
-    known = { name, text: listGrantedPermissionsSql(keys) }
+    known = { name, text: listGrantedPermissionsSql(keys, position) }
     listStatements.set(name, known)
   }
   return known
@@ -111,8 +114,8 @@ function listStatement (sort: SortKey[]): { name: string, text: string } {
  * target's existence, in one round trip. An empty page still yields one row, carrying the totals.
  */
 export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput, options: StatementOptions): Promise<PermissionPage> {
-  const { name, text } = listStatement(input.sort)
-  const { rows } = await db.query<TargetRow & { total: string, version: string | null, id: string | null, name: string, description: string | null }>(
+  const { name, text } = listStatement(input.sort, options.position === true)
+  const { rows } = await db.query<TargetRow & { total: string, version: string | null, position?: string, id: string | null, name: string, description: string | null }>(
     statement(name, text, [input.resourceId, input.clientId, input.limit, input.page], options))
   const first = rows[0]
   const permissions: Permission[] = []
@@ -120,5 +123,5 @@ export async function listGrantedPermissions (db: Queryable, input: ListGrantedP
     if (row.id === null) continue
     permissions.push(row.description === null ? { id: row.id, name: row.name } : { id: row.id, name: row.name, description: row.description })
   }
-  return { ...targetOf(first), total: Number(first.total), permissions, version: first.version ?? undefined }
+  return { ...targetOf(first), total: Number(first.total), permissions, version: first.version ?? undefined, position: first.position }
 }

@@ -13,6 +13,11 @@ export interface StatementOptions {
   prepared: boolean
   /** The DELETE's server-side bound, set in its own transaction (so it holds behind a pooler too). */
   statementTimeoutMs?: number
+  /**
+   * Whether a read also answers the WAL position of the state it saw, and a change the position of
+   * its commit (db/lsn.ts): with replicas, for Consistency-Token. Without, statements are unchanged.
+   */
+  position?: boolean
 }
 
 export const statement = (name: string, text: string, values: unknown[], { prepared }: StatementOptions) =>

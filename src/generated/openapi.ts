@@ -348,6 +348,7 @@ export interface components {
         /** @description The client's grants are unchanged since the `ETag` given in `If-None-Match`. */
         NotModified: {
             headers: {
+                "Consistency-Token": components["headers"]["Consistency-Token"];
                 ETag: components["headers"]["ETag"];
                 [name: string]: unknown;
             };
@@ -414,6 +415,17 @@ export interface components {
          */
         ClientId: components["schemas"]["EntityId"];
         /**
+         * @description The `Consistency-Token` of an earlier answer (with replicas, `DATABASE_REPLICA_URLS`): the
+         *     answer is taken from a state at least as new as the one that answer showed or made, by a
+         *     replica that has replayed it or else by the primary, so a caller that passes on the latest
+         *     token it was given never sees its grants go back in time. Opaque: send it as received. A
+         *     value that is not a token answers 400 `invalid-request` with the pointer
+         *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
+         *     state to read.
+         * @example 0/3000148
+         */
+        ConsistencyToken: string;
+        /**
          * @description The `ETag` of the list as last read, or `*`: the change is made only if the client's grants
          *     have not changed since, else 412 and nothing changes; `*` holds whenever the client is
          *     authorized. As RFC 9110 §13.1.1 writes it: `*`, or a comma-separated list of entity-tags
@@ -454,6 +466,13 @@ export interface components {
         };
     };
     headers: {
+        /**
+         * @description Where the state this answer shows (or the change it made) lies in the database's history:
+         *     send it back as `Consistency-Token` to be answered from a state at least as new. Only with
+         *     replicas (`DATABASE_REPLICA_URLS`). Opaque; today a PostgreSQL WAL position.
+         * @example 0/3000148
+         */
+        "Consistency-Token": string;
         /**
          * @description The version of the client's grants on the resource (RFC 9110 §8.8.3), a strong entity-tag
          *     holding a positive decimal number: the same for every page and order, new whenever a grant
@@ -511,7 +530,19 @@ export interface operations {
                 /** @description Maximum number of changes on the page. */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /**
+                 * @description The `Consistency-Token` of an earlier answer (with replicas, `DATABASE_REPLICA_URLS`): the
+                 *     answer is taken from a state at least as new as the one that answer showed or made, by a
+                 *     replica that has replayed it or else by the primary, so a caller that passes on the latest
+                 *     token it was given never sees its grants go back in time. Opaque: send it as received. A
+                 *     value that is not a token answers 400 `invalid-request` with the pointer
+                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
+                 *     state to read.
+                 * @example 0/3000148
+                 */
+                "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
+            };
             path: {
                 /**
                  * @description Client id
@@ -531,6 +562,7 @@ export interface operations {
             /** @description One page of the changes, newest first. */
             200: {
                 headers: {
+                    "Consistency-Token": components["headers"]["Consistency-Token"];
                     /**
                      * @description RFC 8288 link to the next (older) page, present while there is one.
                      * @example <http://localhost:3000/resources/orders-api/authorized_clients/billing-app/permission_changes?limit=50&before=41>; rel="next"
@@ -586,6 +618,17 @@ export interface operations {
             };
             header?: {
                 /**
+                 * @description The `Consistency-Token` of an earlier answer (with replicas, `DATABASE_REPLICA_URLS`): the
+                 *     answer is taken from a state at least as new as the one that answer showed or made, by a
+                 *     replica that has replayed it or else by the primary, so a caller that passes on the latest
+                 *     token it was given never sees its grants go back in time. Opaque: send it as received. A
+                 *     value that is not a token answers 400 `invalid-request` with the pointer
+                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
+                 *     state to read.
+                 * @example 0/3000148
+                 */
+                "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
+                /**
                  * @description An `ETag` from an earlier answer, or `*`: when it names the current version of the client's
                  *     grants (or is `*` and the client is authorized) the answer is 304 with no body. As RFC 9110
                  *     §13.1.2 writes it: `*`, or a comma-separated list of entity-tags (`"1042"`, `W/"1042"`;
@@ -617,6 +660,7 @@ export interface operations {
             /** @description One page of the client's permissions on the resource. */
             200: {
                 headers: {
+                    "Consistency-Token": components["headers"]["Consistency-Token"];
                     ETag: components["headers"]["ETag"];
                     Link: components["headers"]["Link"];
                     "X-Total-Count": components["headers"]["X-Total-Count"];
@@ -661,6 +705,17 @@ export interface operations {
             query?: never;
             header?: {
                 /**
+                 * @description The `Consistency-Token` of an earlier answer (with replicas, `DATABASE_REPLICA_URLS`): the
+                 *     answer is taken from a state at least as new as the one that answer showed or made, by a
+                 *     replica that has replayed it or else by the primary, so a caller that passes on the latest
+                 *     token it was given never sees its grants go back in time. Opaque: send it as received. A
+                 *     value that is not a token answers 400 `invalid-request` with the pointer
+                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
+                 *     state to read.
+                 * @example 0/3000148
+                 */
+                "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
+                /**
                  * @description The `ETag` of the list as last read, or `*`: the change is made only if the client's grants
                  *     have not changed since, else 412 and nothing changes; `*` holds whenever the client is
                  *     authorized. As RFC 9110 §13.1.1 writes it: `*`, or a comma-separated list of entity-tags
@@ -694,6 +749,9 @@ export interface operations {
             /** @description The permissions are granted (or already were). */
             204: {
                 headers: {
+                    "Consistency-Token": components["headers"]["Consistency-Token"];
+                    /** @description The version of the client's grants now, for a later `If-Match`. */
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -724,6 +782,17 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
+                /**
+                 * @description The `Consistency-Token` of an earlier answer (with replicas, `DATABASE_REPLICA_URLS`): the
+                 *     answer is taken from a state at least as new as the one that answer showed or made, by a
+                 *     replica that has replayed it or else by the primary, so a caller that passes on the latest
+                 *     token it was given never sees its grants go back in time. Opaque: send it as received. A
+                 *     value that is not a token answers 400 `invalid-request` with the pointer
+                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
+                 *     state to read.
+                 * @example 0/3000148
+                 */
+                "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
                 /**
                  * @description The `ETag` of the list as last read, or `*`: the change is made only if the client's grants
                  *     have not changed since, else 412 and nothing changes; `*` holds whenever the client is
@@ -758,6 +827,9 @@ export interface operations {
             /** @description The permissions were removed (or were not granted). */
             204: {
                 headers: {
+                    "Consistency-Token": components["headers"]["Consistency-Token"];
+                    /** @description The version of the client's grants now, for a later `If-Match`. */
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content?: never;

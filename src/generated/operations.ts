@@ -79,6 +79,12 @@ export const operations = {
             "maxLength": 8192,
             "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
             "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
+          },
+          "consistency-token": {
+            "type": "string",
+            "maxLength": 17,
+            "pattern": "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$",
+            "x-pattern-hint": "a Consistency-Token as an earlier answer gave it"
           }
         }
       },
@@ -187,6 +193,12 @@ export const operations = {
             "maxLength": 8192,
             "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
             "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
+          },
+          "consistency-token": {
+            "type": "string",
+            "maxLength": 17,
+            "pattern": "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$",
+            "x-pattern-hint": "a Consistency-Token as an earlier answer gave it"
           }
         }
       },
@@ -266,6 +278,12 @@ export const operations = {
             "maxLength": 8192,
             "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
             "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
+          },
+          "consistency-token": {
+            "type": "string",
+            "maxLength": 17,
+            "pattern": "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$",
+            "x-pattern-hint": "a Consistency-Token as an earlier answer gave it"
           }
         }
       },
@@ -345,6 +363,17 @@ export const operations = {
             "type": "string",
             "pattern": "^[0-9]{1,18}$",
             "x-pattern-hint": "the id of a change (up to 18 digits), as given in a previous page"
+          }
+        }
+      },
+      "headers": {
+        "type": "object",
+        "properties": {
+          "consistency-token": {
+            "type": "string",
+            "maxLength": 17,
+            "pattern": "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$",
+            "x-pattern-hint": "a Consistency-Token as an earlier answer gave it"
           }
         }
       },

@@ -83,6 +83,31 @@ t.test('the ETag changes whenever the grants change, by any writer, and only the
   t.equal(new Set(tags).size, 4, `every change a new tag: ${tags.join(' ')}`)
 })
 
+t.test('a DELETE or POST answers 204 with the ETag the grants now have: a later If-Match with it holds', async (t) => {
+  const before = await etag()
+  const removed = await change('DELETE', ['p_read_orders'], { 'if-match': before })
+  t.equal(removed.status, 204)
+  t.not(removed.headers.get('etag'), before, 'a new version')
+  t.equal(removed.headers.get('etag'), await etag(), 'the one a GET now shows')
+  const granted = await change('POST', ['p_read_orders'], { 'if-match': removed.headers.get('etag')! })
+  t.equal(granted.status, 204, 'chained on the DELETE\'s tag, without a GET between')
+  t.equal(granted.headers.get('etag'), await etag())
+  const unchanged = await change('POST', ['p_read_orders'])
+  t.equal(unchanged.headers.get('etag'), granted.headers.get('etag'), 'a change that changed nothing: the same tag')
+  t.equal(removed.headers.get('consistency-token'), null, 'no Consistency-Token without replicas')
+})
+
+t.test('Consistency-Token without replicas: a token is checked, then ignored; a malformed one → 400 naming the header', async (t) => {
+  t.equal((await list('', { 'consistency-token': '0/3000148' })).status, 200)
+  t.equal((await change('DELETE', ['p_read_orders'], { 'consistency-token': 'FFFFFFFF/FFFFFFFF' })).status, 204)
+  for (const token of ['3000148', '0/', '0/3000148 x', 'G/1', '0/123456789', '-1/0', '0/1/2']) {
+    for (const res of [await list('', { 'consistency-token': token }), await change('POST', ['p_read_orders'], { 'consistency-token': token })]) {
+      t.equal(res.status, 400, token)
+      t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'header', pointer: '/consistency-token' }] }, token)
+    }
+  }
+})
+
 t.test('If-None-Match naming the current tag (weak or strong, anywhere in a list, or *) → 304 with the ETag and no body', async (t) => {
   const tag = await etag()
   const version = tag.slice(1, -1)

@@ -1,9 +1,10 @@
 // What the DELETE and the POST share: the change a request asks for, and how its statement runs.
-import type { FastifyInstance, FastifyRequest } from 'fastify'
-import type { ChangeInput } from '../../../db/queries/change.js'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { ChangeInput, ChangeResult } from '../../../db/queries/change.js'
 import type { StatementOptions } from '../../../db/queries/statement.js'
 import { actorOf } from '../../../plugins/auth.js'
-import { ifMatchVersions } from './preconditions.js'
+import { sendConsistencyToken } from './consistency.js'
+import { etagOf, ifMatchVersions } from './preconditions.js'
 
 type ChangeRequest = FastifyRequest<{ Params: { resource_id: string, client_id: string }, Body: string[] }>
 
@@ -19,7 +20,14 @@ export function changeOf (request: ChangeRequest): ChangeInput {
   }
 }
 
-/** Prepared or not, and bounded by the statement timeout in its own transaction. */
-export function changeStatementOptions ({ config }: FastifyInstance): StatementOptions {
-  return { prepared: config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: config.DATABASE_STATEMENT_TIMEOUT_MS }
+/** Prepared or not, bounded by the statement timeout in its own transaction, with its commit's position when there are replicas. */
+export function changeStatementOptions ({ config, replicas }: FastifyInstance): StatementOptions {
+  return { prepared: config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: config.DATABASE_STATEMENT_TIMEOUT_MS, position: replicas !== undefined }
+}
+
+/** A change's 204: the authorization's new ETag, and where a replica must be to show it. */
+export function sendChanged (reply: FastifyReply, result: ChangeResult): FastifyReply {
+  if (result.version !== undefined) reply.header('etag', etagOf(result.version))
+  sendConsistencyToken(reply, result.position)
+  return reply.code(204).send()
 }

@@ -6,6 +6,7 @@ import { listPermissionChanges } from '../../../db/queries/history.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { problems } from '../../problems.js'
+import { consistencyTokenOf, sendConsistencyToken } from './consistency.js'
 import { collectionUrl } from './links.js'
 
 type History = Operations['listPermissionChanges']
@@ -19,8 +20,9 @@ export default async function permissionChanges (fastify: FastifyInstance) {
   }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, before } = request.query
-    const page = await listPermissionChanges(fastify.db, { resourceId, clientId, limit, ...(before ? { before } : {}) },
-      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS })
+    const page = await fastify.read((db, position) => listPermissionChanges(db, { resourceId, clientId, limit, ...(before ? { before } : {}) },
+      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, position }), { after: consistencyTokenOf(request) })
+    sendConsistencyToken(reply, page.position)
     // The history outlives what it describes: with changes recorded, it is shown even when the
     // authorization, the client or the resource is gone; without, the list's 404s, in its order.
     if (!page.hasHistory) {

@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import { grantPermissions } from '../../../db/queries/change.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
-import { changeOf, changeStatementOptions } from './change.js'
+import { changeOf, changeStatementOptions, sendChanged } from './change.js'
 import { assertChangeApplies } from './target.js'
 
 type Grant = Operations['grantClientPermissions']
@@ -20,6 +20,6 @@ export default async function grant (fastify: FastifyInstance) {
     const { resourceId, clientId } = change
     assertChangeApplies(result, resourceId, clientId, 'nothing was granted')
     request.log.info({ resourceId, clientId, granted: result.changed, changeId: result.changeId }, 'permissions granted')
-    return reply.code(204).send()
+    return sendChanged(reply, result)
   })
 }

@@ -5,7 +5,8 @@ import { parseSortBy } from '../../../db/queries/sort.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { collectionUrl, pageLinks } from './links.js'
-import { etagOf, noneMatchFails } from './preconditions.js'
+import { consistencyTokenOf, sendConsistencyToken } from './consistency.js'
+import { etagOf, newestVersionNamed, noneMatchFails } from './preconditions.js'
 import { assertClientAuthorized } from './target.js'
 
 type List = Operations['listClientPermissions']
@@ -19,9 +20,15 @@ export default async function listPermissions (fastify: FastifyInstance) {
   }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, offset: page, sort_by: sortBy } = request.query
-    const result = await listGrantedPermissions(fastify.db, {
+    const newest = newestVersionNamed(request.headers['if-none-match'])
+    const result = await fastify.read((db, position) => listGrantedPermissions(db, {
       resourceId, clientId, limit, page, sort: parseSortBy(sortBy)
-    }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS })
+    }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, position }), {
+      after: consistencyTokenOf(request),
+      // Decided against a state at least as new as the version the caller names.
+      satisfied: newest === undefined ? undefined : ({ version }) => version !== undefined && BigInt(version) >= newest
+    })
+    sendConsistencyToken(reply, result.position)
     assertClientAuthorized(result, resourceId, clientId)
     const etag = etagOf(result.version!)
     reply.header('etag', etag)

@@ -38,3 +38,18 @@ export function ifMatchVersions (header: string | undefined): string[] | undefin
   if (header === undefined || header === '*') return undefined
   return entityTagsOf(header).filter(({ weak, opaque }) => !weak && isVersion(opaque)).map(({ opaque }) => opaque)
 }
+
+/**
+ * The newest version an If-None-Match names, if any: the state that decides it must be at least
+ * that new (a replica behind it could answer 200 for a tag the caller already holds, or worse).
+ */
+export function newestVersionNamed (header: string | undefined): bigint | undefined {
+  if (header === undefined || header === '*') return undefined
+  let newest: bigint | undefined
+  for (const { opaque } of entityTagsOf(header)) {
+    if (!isVersion(opaque)) continue
+    const version = BigInt(opaque)
+    if (newest === undefined || version > newest) newest = version
+  }
+  return newest
+}

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify'
 import { unauthorizePermissions } from '../../../db/queries/change.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
-import { changeOf, changeStatementOptions } from './change.js'
+import { changeOf, changeStatementOptions, sendChanged } from './change.js'
 import { assertChangeApplies } from './target.js'
 
 type Unauthorize = Operations['unauthorizeClientPermissions']
@@ -19,6 +19,6 @@ export default async function unauthorize (fastify: FastifyInstance) {
     const { resourceId, clientId } = change
     assertChangeApplies(result, resourceId, clientId, 'nothing was removed')
     request.log.info({ resourceId, clientId, removed: result.changed, changeId: result.changeId }, 'permissions unauthorized')
-    return reply.code(204).send()
+    return sendChanged(reply, result)
   })
 }

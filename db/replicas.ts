@@ -1,0 +1,163 @@
+// The streaming replicas of the primary (DATABASE_REPLICA_URLS), each with a pool of its own, and
+// what is known of them without a query per request: a background probe, every interval and with
+// that interval as its deadline, reads how far each has replayed and how far the primary has
+// written. A replica's lag is then how long ago the primary was at a position it has not replayed.
+import { EventEmitter } from 'node:events'
+import { performance } from 'node:perf_hooks'
+import { isDatabaseUnavailable } from './errors.js'
+import { parseLsn } from './lsn.js'
+import { DatabasePool, type DatabasePoolOptions } from './pool.js'
+
+export interface Replica {
+  /** replica-1, replica-2...: in logs and metrics, never the URL (it may hold a password). */
+  readonly name: string
+  readonly pool: DatabasePool
+  /** False from a failed probe or read until a probe answers again. */
+  up: boolean
+  /** The newest position it is known to have replayed. */
+  replayed: bigint
+}
+
+/** Why a read was not sent to a replica (fallbacks to the primary, by reason, in the metrics). */
+export type NoReplica = 'none_up' | 'behind_token' | 'lagging'
+
+export interface ReplicaSetOptions {
+  urls: string[]
+  /** The replicas' pools are bounded as the primary's: the same size, waits and settings. */
+  pool: Omit<DatabasePoolOptions, 'connectionString'>
+  /** The primary, for its written position: a connection of the probe's own. */
+  primaryUrl: string
+  maxLagMs: number
+  probeIntervalMs: number
+}
+
+interface PrimarySample { lsn: bigint, at: number }
+
+export class ReplicaSet extends EventEmitter {
+  readonly replicas: Replica[]
+  /** False while the primary does not answer the probe. */
+  primaryReachable = true
+  readonly #primary: DatabasePool
+  readonly #maxLagMs: number
+  readonly #probeIntervalMs: number
+  // The primary's positions over the last maxLag + a few intervals, oldest first.
+  readonly #samples: PrimarySample[] = []
+  #next = 0
+  readonly #reportedDown = new Set<Replica>()
+  #timer: NodeJS.Timeout | undefined
+  #closed = false
+
+  constructor ({ urls, pool, primaryUrl, maxLagMs, probeIntervalMs }: ReplicaSetOptions) {
+    super()
+    const probeBounds = { max: 1, connectionWaitMs: probeIntervalMs, queryTimeoutMs: probeIntervalMs, idleTimeoutMs: 0 }
+    this.replicas = urls.map((connectionString, index) => ({
+      name: `replica-${index + 1}`,
+      pool: new DatabasePool({ ...pool, connectionString }),
+      up: false,
+      replayed: 0n
+    }))
+    this.#probes = this.replicas.map((replica) => new DatabasePool({ ...probeBounds, connectionString: replica.pool.options.connectionString! }))
+    this.#primary = new DatabasePool({ ...probeBounds, connectionString: primaryUrl })
+    this.#maxLagMs = maxLagMs
+    this.#probeIntervalMs = probeIntervalMs
+    // Lost idle connections are dropped by the pools; the probe and the reads report the outage.
+    for (const each of [this.#primary, ...this.#probes, ...this.replicas.map(({ pool }) => pool)]) each.on('error', () => {})
+  }
+
+  readonly #probes: DatabasePool[]
+
+  /** Probes at once, then every interval until closed. */
+  async start (): Promise<void> {
+    await this.probe()
+    const again = () => {
+      this.#timer = setTimeout(() => { this.probe().finally(() => { if (!this.#closed) again() }) }, this.#probeIntervalMs)
+      this.#timer.unref()
+    }
+    again()
+  }
+
+  async close (): Promise<void> {
+    this.#closed = true
+    clearTimeout(this.#timer)
+    await Promise.all([this.#primary, ...this.#probes, ...this.replicas.map(({ pool }) => pool)].map((pool) => pool.end()))
+  }
+
+  /** One round: the primary's written position, then each replica's replayed one. */
+  async probe (): Promise<void> {
+    try {
+      const { rows: [row] } = await this.#primary.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')
+      this.primaryReachable = true
+      const now = performance.now()
+      this.#samples.push({ lsn: parseLsn(row.lsn)!, at: now })
+      while (this.#samples.length > 2 && now - this.#samples[1].at > this.#maxLagMs + 4 * this.#probeIntervalMs) this.#samples.shift()
+    } catch {
+      this.primaryReachable = false
+    }
+    await Promise.all(this.replicas.map(async (replica, index) => {
+      try {
+        const { rows: [row] } = await this.#probes[index].query<{ lsn: string | null }>('SELECT pg_last_wal_replay_lsn()::text AS lsn')
+        // NULL: not a standby (a promoted or misconfigured server): no position to trust.
+        if (row.lsn === null) throw new Error('not a streaming replica: pg_last_wal_replay_lsn() is NULL')
+        this.#replayedAt(replica, parseLsn(row.lsn)!)
+        if (!replica.up) {
+          replica.up = true
+          // Reported when it comes back from a reported outage, not at its first probe.
+          if (this.#reportedDown.delete(replica)) this.emit('up', replica)
+        }
+      } catch (error) {
+        this.markDown(replica, error as Error)
+      }
+    }))
+  }
+
+  /** A replica that failed a read or a probe: no reads until a probe answers again. */
+  markDown (replica: Replica, error: Error): void {
+    replica.up = false
+    // Reported once per outage, a replica never up since start included.
+    if (this.#reportedDown.has(replica)) return
+    this.#reportedDown.add(replica)
+    this.emit('down', replica, error)
+  }
+
+  /** What a read on `replica` has shown of its position (never moves it back). */
+  #replayedAt (replica: Replica, lsn: bigint): void {
+    if (lsn > replica.replayed) replica.replayed = lsn
+  }
+
+  /** A read's own position, from its answer. */
+  observed (replica: Replica, lsn: bigint): void {
+    this.#replayedAt(replica, lsn)
+  }
+
+  /**
+   * How far behind the primary a replica is, in ms: how long ago the primary was at a position the
+   * replica has not replayed (0 when it has replayed the newest position seen); undefined while
+   * the primary cannot be asked.
+   */
+  lagMs (replica: Replica): number | undefined {
+    if (!this.primaryReachable || this.#samples.length === 0) return undefined
+    const ahead = this.#samples.find(({ lsn }) => lsn > replica.replayed)
+    return ahead === undefined ? 0 : performance.now() - ahead.at
+  }
+
+  /**
+   * A replica for a read, round robin among those that may answer it: up, and having replayed
+   * `after` when the caller has seen that position, else lagging at most maxLag (any lag while the
+   * primary is down: stale reads then beat none). The reason when there is none.
+   */
+  choose (after?: bigint): Replica | NoReplica {
+    const up = this.replicas.filter((replica) => replica.up)
+    if (up.length === 0) return 'none_up'
+    const fresh = after !== undefined
+      ? up.filter((replica) => replica.replayed >= after)
+      : up.filter((replica) => (this.lagMs(replica) ?? 0) <= this.#maxLagMs)
+    if (fresh.length === 0) return after !== undefined ? 'behind_token' : 'lagging'
+    this.#next = (this.#next + 1) % fresh.length
+    return fresh[this.#next]
+  }
+}
+
+/** Whether a read's failure on a replica says the replica, not the request, is at fault. */
+export function replicaFailed (error: unknown): boolean {
+  return isDatabaseUnavailable(error) || (error instanceof Error && ['CONNECTION_WAIT_TIMEOUT', '57014', '53300'].includes((error as { code?: string }).code ?? ''))
+}

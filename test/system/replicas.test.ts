@@ -1,0 +1,204 @@
+// Reads from a real streaming replica (issue 28): Debian's PostgreSQL, a primary and a hot standby
+// made with pg_basebackup -R (test/replication.ts), replay paused to make lag happen on purpose.
+// A caller that sends back the Consistency-Token it was given never sees an older state; without
+// one, a replica answers within the lag bound; a replica or the primary down costs no read.
+import type { AddressInfo } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
+import Fastify from 'fastify'
+import pg from 'pg'
+import t, { type Test } from 'tap'
+import { seedDatabase } from '../../db/seed.js'
+import app, { serverOptions } from '../../src/app.js'
+import { loadConfig } from '../../src/config.js'
+import { ordersFixture, ordersPath } from '../fixtures.js'
+import { captureLogs, type CapturedLogs } from '../helper.js'
+import { replicatedPostgres, skipUnlessPostgresServer } from '../replication.js'
+import { TEST_SECRET, token } from '../tokens.js'
+
+skipUnlessPostgresServer(t, 'the replica test')
+const cluster = await replicatedPostgres(t)
+const readWrite = token({ scope: 'read:resource delete:resource create:resource' }, { expiresIn: 3600 })
+
+interface Service { url: string, logs: CapturedLogs }
+
+/** The real app on the primary, with the replica for reads. */
+async function service (t: Test, env: Record<string, string> = {}): Promise<Service> {
+  const logs = captureLogs()
+  const config = loadConfig({
+    DATABASE_URL: cluster.primaryUrl,
+    DATABASE_REPLICA_URLS: cluster.replicaUrl,
+    DATABASE_REPLICA_PROBE_INTERVAL_MS: '100',
+    JWT_SECRET: TEST_SECRET,
+    MAX_EVENT_LOOP_DELAY_MS: '0',
+    LOG_LEVEL: 'info',
+    ...env
+  })
+  const fastify = Fastify({ ...serverOptions(config), logger: { ...serverOptions(config).logger as object, stream: logs.stream } })
+  await fastify.register(app, { config })
+  await fastify.listen({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => fastify.close())
+  return { url: `http://127.0.0.1:${(fastify.server.address() as AddressInfo).port}`, logs }
+}
+
+interface Answer { status: number, headers: Headers, body: unknown }
+
+async function call (base: Service, method: string, path: string, headers: Record<string, string> = {}, body?: unknown): Promise<Answer> {
+  const res = await fetch(base.url + path, {
+    method,
+    headers: { authorization: `Bearer ${readWrite}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) })
+  })
+  const text = await res.text()
+  return { status: res.status, headers: res.headers, body: text && /json/.test(res.headers.get('content-type') ?? '') ? JSON.parse(text) : text }
+}
+
+const ids = (answer: Answer) => (answer.body as Array<{ id: string }>).map(({ id }) => id)
+
+/** db_reads_total and db_read_fallbacks_total, as the service's /metrics says them. */
+async function readCounts (base: Service): Promise<Record<string, number>> {
+  const text = await (await fetch(`${base.url}/metrics`)).text()
+  const counts: Record<string, number> = {}
+  for (const [, name, label, value] of text.matchAll(/^(db_reads_total|db_read_fallbacks_total)\{\w+="([\w-]+)"\} (\d+)/gm)) counts[`${name === 'db_reads_total' ? 'read' : 'fallback'}:${label}`] = Number(value)
+  return counts
+}
+
+async function until (what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
+  for (const started = Date.now(); Date.now() - started < timeoutMs; await sleep(50)) {
+    if (await check()) return
+  }
+  throw new Error(`timed out waiting for ${what}`)
+}
+
+const primary = new pg.Pool({ connectionString: cluster.primaryUrl, max: 2 })
+primary.on('error', () => {})
+t.teardown(() => primary.end())
+// The first service migrates the primary; the fixture is seeded once it has.
+const relaxed = await service(t, { DATABASE_REPLICA_MAX_LAG_MS: '600000' })
+await seedDatabase(primary, ordersFixture())
+await cluster.waitForReplay()
+
+t.test('reads are answered by the replica, writes by the primary; every answer carries a Consistency-Token', async (t) => {
+  const before = await readCounts(relaxed)
+  const page = await call(relaxed, 'GET', ordersPath())
+  t.equal(page.status, 200)
+  t.match(page.headers.get('consistency-token'), /^[0-9A-F]+\/[0-9A-F]+$/)
+  const history = await call(relaxed, 'GET', ordersPath().replace(/permissions$/, 'permission_changes'))
+  t.equal(history.status, 200)
+  t.ok(history.headers.get('consistency-token'))
+  const after = await readCounts(relaxed)
+  t.equal(after['read:replica-1'] - before['read:replica-1'], 2, 'both reads on the replica')
+  t.equal(after['read:primary'], before['read:primary'], 'none on the primary')
+  const removed = await call(relaxed, 'DELETE', ordersPath(), {}, ['p_update_refunds'])
+  t.equal(removed.status, 204)
+  t.match(removed.headers.get('etag'), /^"\d+"$/)
+  t.ok(removed.headers.get('consistency-token'))
+  const missing = await call(relaxed, 'GET', ordersPath('nobody'))
+  t.equal(missing.status, 404)
+  t.ok(missing.headers.get('consistency-token'), 'a 404 read from the database carries one too')
+  t.equal((await call(relaxed, 'GET', ordersPath(), { 'consistency-token': 'nonsense' })).status, 400)
+})
+
+t.test('replay paused: with the DELETE\'s token the removed grant is gone (the primary answers), without it the replica shows the older state', async (t) => {
+  await cluster.waitForReplay()
+  await cluster.pauseReplay()
+  t.teardown(() => cluster.resumeReplay())
+  const removed = await call(relaxed, 'DELETE', ordersPath(), {}, ['p_read_orders'])
+  t.equal(removed.status, 204)
+  const consistency = removed.headers.get('consistency-token')!
+  await cluster.waitForReceive()
+  const stale = await call(relaxed, 'GET', ordersPath())
+  t.ok(ids(stale).includes('p_read_orders'), 'without a token: the replica, within the (generous) lag bound, before the DELETE')
+  const before = await readCounts(relaxed)
+  const fresh = await call(relaxed, 'GET', ordersPath(), { 'consistency-token': consistency })
+  t.equal(fresh.status, 200)
+  t.notOk(ids(fresh).includes('p_read_orders'), 'with the token: the DELETE is seen')
+  t.equal(fresh.headers.get('etag'), removed.headers.get('etag'))
+  const after = await readCounts(relaxed)
+  t.equal(after['fallback:behind_token'] - before['fallback:behind_token'], 1, 'sent to the primary: the replica has not replayed the token')
+  // Time never goes backwards for a tag either: the replica holds an older version than the one named.
+  const unchanged = await call(relaxed, 'GET', ordersPath(), { 'if-none-match': removed.headers.get('etag')! })
+  t.equal(unchanged.status, 304, 'If-None-Match with the DELETE\'s ETag, no token: decided on the primary')
+  t.equal((await readCounts(relaxed))['fallback:behind_version'] - after['fallback:behind_version'], 1)
+  // Each answer's token is at least the one sent: a caller passing on the latest never goes back.
+  t.ok(fresh.headers.get('consistency-token'))
+  await cluster.resumeReplay()
+  await cluster.waitForReplay()
+  // Once its probe has seen the replica replay the token, the replica answers it itself.
+  await until('the caught-up replica answers the token', async () => {
+    const mark = (await readCounts(relaxed))['read:replica-1']
+    const caughtUp = await call(relaxed, 'GET', ordersPath(), { 'consistency-token': consistency })
+    t.notOk(ids(caughtUp).includes('p_read_orders'), 'never the older state')
+    return (await readCounts(relaxed))['read:replica-1'] > mark
+  })
+})
+
+t.test('the replica stopped: reads go to the primary, no 5xx, one warning; started again, it takes reads and says so', async (t) => {
+  await cluster.stopReplica()
+  for (let i = 0; i < 5; i++) t.equal((await call(relaxed, 'GET', ordersPath())).status, 200, `read ${i}`)
+  t.equal((await call(relaxed, 'GET', '/readyz')).status, 200, 'ready: the primary answers')
+  await relaxed.logs.waitFor((line) => line.msg === 'database replica down: its reads go elsewhere' && line.replica === 'replica-1', 'the down line')
+  t.equal(relaxed.logs.lines.filter((line) => line.msg === 'database replica down: its reads go elsewhere').length, 1, 'said once')
+  await cluster.startReplica()
+  await relaxed.logs.waitFor((line) => line.msg === 'database replica back: it takes reads again', 'the back line')
+  await cluster.waitForReplay()
+  await until('reads back on the replica', async () => {
+    const mark = (await readCounts(relaxed))['read:replica-1']
+    await call(relaxed, 'GET', ordersPath())
+    return (await readCounts(relaxed))['read:replica-1'] > mark
+  })
+  t.pass('reads on the replica again')
+})
+
+t.test('the primary stopped: reads still answered by the replica, writes 503 database-unavailable, readiness 200', async (t) => {
+  await cluster.waitForReplay()
+  const seen = await call(relaxed, 'GET', ordersPath())
+  await cluster.stopPrimary()
+  let restarted = false
+  t.teardown(async () => { if (!restarted) await cluster.startPrimary() })
+  // The probe notices within its interval; a read meanwhile still goes to the replica.
+  await sleep(300)
+  const read = await call(relaxed, 'GET', ordersPath())
+  t.equal(read.status, 200, 'read from the replica')
+  t.same(ids(read), ids(seen))
+  const history = await call(relaxed, 'GET', ordersPath().replace(/permissions$/, 'permission_changes'))
+  t.equal(history.status, 200, 'the history too')
+  const write = await call(relaxed, 'DELETE', ordersPath(), {}, ['p_read_orders'])
+  t.equal(write.status, 503)
+  t.match(write.body, { type: '/problems/database-unavailable' })
+  t.ok(write.headers.get('retry-after'))
+  t.equal((await call(relaxed, 'GET', '/readyz')).status, 200, 'ready: reads can be served')
+  // A token the replica has not replayed cannot be honoured by anyone now: 503, never older data.
+  const ahead = await call(relaxed, 'GET', ordersPath(), { 'consistency-token': 'FFFFFFFF/0' })
+  t.equal(ahead.status, 503)
+  await cluster.startPrimary()
+  restarted = true
+  await until('writes again', async () => (await call(relaxed, 'POST', ordersPath(), {}, ['p_read_orders'])).status === 204)
+  t.pass('the primary is back')
+})
+
+// Last: prom-client's registry is one per process, and the newest app's counters are the ones served.
+t.test('lag bound: a replica further behind than DATABASE_REPLICA_MAX_LAG_MS answers no read without a token; caught up, it does again', async (t) => {
+  const strict = await service(t, { DATABASE_REPLICA_MAX_LAG_MS: '300' })
+  await cluster.waitForReplay()
+  await until('the replica takes reads', async () => (await call(strict, 'GET', ordersPath())).status === 200 &&
+    (await readCounts(strict))['read:replica-1'] > 0)
+  await cluster.pauseReplay()
+  t.teardown(() => cluster.resumeReplay())
+  t.equal((await call(strict, 'POST', ordersPath(), {}, ['p_read_orders'])).status, 204)
+  // Past the bound, by the probe's measure.
+  await sleep(900)
+  const before = await readCounts(strict)
+  const answer = await call(strict, 'GET', ordersPath())
+  t.ok(ids(answer).includes('p_read_orders'), 'the current state, from the primary')
+  const after = await readCounts(strict)
+  t.equal(after['fallback:lagging'] - before['fallback:lagging'], 1, 'counted as lagging')
+  t.equal(after['read:primary'] - before['read:primary'], 1)
+  await cluster.resumeReplay()
+  await cluster.waitForReplay()
+  await until('reads back on the replica', async () => {
+    const mark = (await readCounts(strict))['read:replica-1']
+    await call(strict, 'GET', ordersPath())
+    return (await readCounts(strict))['read:replica-1'] > mark
+  })
+  t.pass('back on the replica')
+})
