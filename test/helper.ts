@@ -13,6 +13,7 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import pg from 'pg'
 import type { Test } from 'tap'
 import { freePort, startEmbeddedPostgres, temporaryFolder } from '../db/embedded-postgres.js'
+import { parseLsn } from '../db/lsn.js'
 import { seedDatabase, type SeedData } from '../db/seed.js'
 import { databaseUrlOf, onServer } from '../scripts/test-database.js'
 import app, { serverOptions } from '../src/app.js'
@@ -141,10 +142,14 @@ export interface BuildOptions {
   logs?: Writable
   /** Registered after the app, before it listens: routes a test adds beside the spec's. */
   extend?: (fastify: FastifyInstance) => Promise<void>
+  /** A database of the test's own (a replicated cluster's), migrated by the app, instead of a copy of the template. */
+  database?: { url: string, drop: () => Promise<void> }
+  /** Each request sends the Consistency-Token of the last answer that carried one, as a careful caller does. */
+  passConsistencyTokens?: boolean
 }
 
-export async function build (t: Test, env: Record<string, string> = {}, { logs, extend }: BuildOptions = {}): Promise<Harness> {
-  const { url: databaseUrl, drop } = await newDatabase({ migrated: true })
+export async function build (t: Test, env: Record<string, string> = {}, { logs, extend, database, passConsistencyTokens = false }: BuildOptions = {}): Promise<Harness> {
+  const { url: databaseUrl, drop } = database ?? await newDatabase({ migrated: true })
   // Several test files run at once on few cores: event-loop lag there is the machine's, not the
   // app's (the first sample after a start under load has reached seconds), so lag shedding is off
   // unless a test sets it (test/pressure.test.ts tests it).
@@ -179,10 +184,12 @@ export async function build (t: Test, env: Record<string, string> = {}, { logs, 
   const agent = new Agent({ keepAlive: true })
   t.teardown(() => agent.destroy())
 
+  let lastConsistencyToken: string | undefined
   async function request (path: string, options: RequestOptions = {}): Promise<ObservedResponse> {
     const method = options.method ?? 'GET'
     const headers: Record<string, string> = { ...options.headers }
     if (options.token) headers.authorization = `Bearer ${options.token}`
+    if (passConsistencyTokens && lastConsistencyToken !== undefined) headers['consistency-token'] ??= lastConsistencyToken
     let body: string | Buffer | undefined = options.body instanceof Blob ? Buffer.from(await options.body.arrayBuffer()) : options.body
     if (options.json !== undefined) {
       headers['content-type'] ??= 'application/json'
@@ -208,6 +215,9 @@ export async function build (t: Test, env: Record<string, string> = {}, { logs, 
       req.end(body)
     })
     const { text } = response
+    // The newest seen: answers to concurrent requests may arrive in any order.
+    const received = response.headers.get('consistency-token')
+    if (received !== null && (lastConsistencyToken === undefined || parseLsn(received)! > parseLsn(lastConsistencyToken)!)) lastConsistencyToken = received
     let parsed: unknown = text
     if (/json/.test(response.headers.get('content-type') ?? '') && text !== '') parsed = JSON.parse(text)
     const observed = { status: response.status, headers: response.headers, body: parsed, text }

@@ -4,9 +4,11 @@
 // the service's pages, X-Total-Count, Link and ETag match the model exactly, and the database holds
 // exactly the model's grants, within its invariants, and exactly the model's change history.
 import fc from 'fast-check'
+import pg from 'pg'
 import t from 'tap'
 import { compareListed as compare, fastCheckSeed, ordersFixture, ordersPath, type ListedPermission as Permission, type SortKey } from './fixtures.js'
 import { build } from './helper.js'
+import { postgresServerBin, replicatedPostgres } from './replication.js'
 import { readToken, token } from './tokens.js'
 
 const seed = fastCheckSeed(t)
@@ -206,16 +208,46 @@ const commands = [
   fc.tuple(clientArb, idsArb, idsArb).map(([client, first, second]) => new ConcurrentUnauthorizeCommand(client, first, second))
 ]
 
-const harness = await build(t)
-
-t.test('random sequences of list, unauthorize and grant calls agree with the model after every step', async (t) => {
+/** Random sequences against `harness`, each from the fixture, checked against the model after every step. */
+async function modelRuns (harness: Real['harness'], numRuns: number, seeded = async () => {}): Promise<number> {
   let runs = 0
   await fc.assert(fc.asyncProperty(fc.commands(commands, { maxCommands: 25 }), async (sequence) => {
     runs++
     await harness.db.query('TRUNCATE resources, clients CASCADE')
     runStartsAfter = (await harness.db.query('SELECT coalesce(max(id), 0)::text AS id FROM permission_changes')).rows[0].id
     await harness.seed(fixture)
+    await seeded()
     await fc.asyncModelRun(() => ({ model: initialModel(), real: { harness } }), sequence)
-  }), { seed, numRuns: 60 })
-  t.equal(runs, 60, 'sequences run')
+  }), { seed, numRuns })
+  return runs
+}
+
+t.test('random sequences of list, unauthorize and grant calls agree with the model after every step', async (t) => {
+  t.equal(await modelRuns(await build(t), 60), 60, 'sequences run')
+})
+
+// Reads answered by a replica whenever it has replayed the caller's latest Consistency-Token, by
+// the primary otherwise: a caller passing on its tokens sees exactly what the model says, never an
+// older state (test/system/replicas.test.ts covers lag, faults and callers without tokens).
+t.test('the same against a primary with a streaming replica, the caller passing on each Consistency-Token', async (t) => {
+  if (!postgresServerBin()) {
+    if (process.env.CI) throw new Error('Debian\'s PostgreSQL server is not installed, and CI must run the model against a replica')
+    t.comment('Debian\'s PostgreSQL server is not installed (apt-get install postgresql): the replica run is skipped')
+    return
+  }
+  const cluster = await replicatedPostgres(t)
+  const name = 'model'
+  const admin = new pg.Pool({ connectionString: cluster.primaryUrl, max: 1 })
+  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.end()
+  const on = (url: string) => Object.assign(new URL(url), { pathname: `/${name}` }).toString()
+  const replicated = await build(t, { DATABASE_REPLICA_URLS: on(cluster.replicaUrl), DATABASE_REPLICA_PROBE_INTERVAL_MS: '50' }, {
+    database: { url: on(cluster.primaryUrl), drop: async () => {} },
+    passConsistencyTokens: true
+  })
+  // The fixture is written beside the API, so no token of the caller's covers it: each run starts
+  // once the replica shows it, as a caller handed the seed's position would.
+  t.equal(await modelRuns(replicated, 15, () => cluster.waitForReplay()), 15, 'sequences run')
+  const metrics = await (await fetch(`${replicated.baseUrl}/metrics`)).text()
+  t.match(metrics, /db_reads_total\{target="replica-1"\} [1-9]/, 'the replica answered some of the reads')
 })
