@@ -2,6 +2,7 @@
 // made with pg_basebackup -R (test/replication.ts), replay paused to make lag happen on purpose.
 // A caller that sends back the Consistency-Token it was given never sees an older state; without
 // one, a replica answers within the lag bound; a replica or the primary down costs no read.
+import { execFileSync } from 'node:child_process'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
@@ -147,6 +148,37 @@ t.test('the replica stopped: reads go to the primary, no 5xx, one warning; start
     return (await readCounts(relaxed))['read:replica-1'] > mark
   })
   t.pass('reads on the replica again')
+})
+
+t.test('the replica frozen (every process of it stopped, SIGSTOP): reads still answered, by the primary, no 5xx; thawed, it takes reads again', async (t) => {
+  const slow = await service(t, { DATABASE_REPLICA_MAX_LAG_MS: '600000', DATABASE_QUERY_TIMEOUT_MS: '2000', DATABASE_STATEMENT_TIMEOUT_MS: '1000' })
+  await cluster.waitForReplay()
+  // The replica's server processes: its postmaster and every child of it.
+  const replica = new pg.Client({ connectionString: cluster.replicaUrl })
+  await replica.connect()
+  const { rows: [{ pid }] } = await replica.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')
+  const postmaster = Number(execFileSync('ps', ['-o', 'ppid=', '-p', String(pid)], { encoding: 'utf8' }).trim())
+  await replica.end()
+  const signal = (name: string) => {
+    const children = execFileSync('ps', ['-o', 'pid=', '--ppid', String(postmaster)], { encoding: 'utf8' }).split('\n').map(Number).filter(Boolean)
+    for (const each of [postmaster, ...children]) process.kill(each, name)
+  }
+  await until('a read on the replica', async () => (await call(slow, 'GET', ordersPath())).status === 200 &&
+    slow.logs.lines.some((line) => line.msg === 'request completed'))
+  signal('SIGSTOP')
+  t.teardown(() => signal('SIGCONT'))
+  const started = Date.now()
+  const answers = await Promise.all([0, 1, 2, 3].map(() => call(slow, 'GET', ordersPath())))
+  t.same(answers.map(({ status }) => status), [200, 200, 200, 200], 'every read answered')
+  // Bounded by the query timeout (2 s) and the primary's answer: a frozen replica holds no read for ever.
+  t.ok(Date.now() - started < 8000, `within the query timeout and a fallback (${Date.now() - started} ms)`)
+  await slow.logs.waitFor((line) => line.msg === 'database replica down: its reads go elsewhere', 'the down line')
+  const quick = Date.now()
+  t.equal((await call(slow, 'GET', ordersPath())).status, 200)
+  t.ok(Date.now() - quick < 1900, 'marked down: later reads go straight to the primary, not through the 2 s timeout')
+  t.equal((await call(slow, 'GET', '/readyz')).status, 200)
+  signal('SIGCONT')
+  await slow.logs.waitFor((line) => line.msg === 'database replica back: it takes reads again', 'the back line')
 })
 
 t.test('the primary stopped: reads still answered by the replica, writes 503 database-unavailable, readiness 200', async (t) => {
