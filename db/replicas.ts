@@ -38,6 +38,7 @@ export class ReplicaSet extends EventEmitter {
   /** False while the primary does not answer the probe. */
   primaryReachable = true
   readonly #primary: DatabasePool
+  readonly #probes: DatabasePool[]
   readonly #maxLagMs: number
   readonly #probeIntervalMs: number
   // The primary's positions over the last maxLag + a few intervals, oldest first.
@@ -49,6 +50,8 @@ export class ReplicaSet extends EventEmitter {
 
   constructor ({ urls, pool, primaryUrl, maxLagMs, probeIntervalMs }: ReplicaSetOptions) {
     super()
+    // The probe's own connections, one per server, bounded by the interval: a hung server fails its
+    // probe in time for the next, and never waits behind reads.
     const probeBounds = { max: 1, connectionWaitMs: probeIntervalMs, queryTimeoutMs: probeIntervalMs, idleTimeoutMs: 0 }
     this.replicas = urls.map((connectionString, index) => ({
       name: `replica-${index + 1}`,
@@ -56,15 +59,13 @@ export class ReplicaSet extends EventEmitter {
       up: false,
       replayed: 0n
     }))
-    this.#probes = this.replicas.map((replica) => new DatabasePool({ ...probeBounds, connectionString: replica.pool.options.connectionString! }))
+    this.#probes = urls.map((connectionString) => new DatabasePool({ ...probeBounds, connectionString }))
     this.#primary = new DatabasePool({ ...probeBounds, connectionString: primaryUrl })
     this.#maxLagMs = maxLagMs
     this.#probeIntervalMs = probeIntervalMs
     // Lost idle connections are dropped by the pools; the probe and the reads report the outage.
     for (const each of [this.#primary, ...this.#probes, ...this.replicas.map(({ pool }) => pool)]) each.on('error', () => {})
   }
-
-  readonly #probes: DatabasePool[]
 
   /** Probes at once, then every interval until closed. */
   async start (): Promise<void> {
