@@ -1,7 +1,7 @@
 // The streaming replicas of the primary (DATABASE_REPLICA_URLS), each with a pool of its own, and
 // what is known of them without a query per request: a background probe, every interval and with
-// that interval as its deadline, reads how far each has replayed and how far the primary has
-// written. A replica's lag is then how long ago the primary was at a position it has not replayed.
+// a deadline, reads how far each has replayed and how far the primary has written. A replica's lag
+// is then how long ago the primary was at a position it has not replayed.
 import { EventEmitter } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import { isDatabaseUnavailable } from './errors.js'
@@ -33,6 +33,8 @@ export interface ReplicaSetOptions {
 
 interface PrimarySample { lsn: bigint, at: number }
 
+const PROBE_DEADLINE_FLOOR_MS = 1000
+
 export class ReplicaSet extends EventEmitter {
   readonly replicas: Replica[]
   /** False while the primary does not answer the probe. */
@@ -50,9 +52,10 @@ export class ReplicaSet extends EventEmitter {
 
   constructor ({ urls, pool, primaryUrl, maxLagMs, probeIntervalMs }: ReplicaSetOptions) {
     super()
-    // The probe's own connections, one per server, bounded by the interval: a hung server fails its
-    // probe in time for the next, and never waits behind reads.
-    const probeBounds = { max: 1, connectionWaitMs: probeIntervalMs, queryTimeoutMs: probeIntervalMs, idleTimeoutMs: 0 }
+    // The probe's own connections, one per server (never behind reads), with a deadline: the
+    // interval, but at least a second, so a busy machine's slower answer is not taken for an outage.
+    const deadlineMs = Math.max(probeIntervalMs, PROBE_DEADLINE_FLOOR_MS)
+    const probeBounds = { max: 1, connectionWaitMs: deadlineMs, queryTimeoutMs: deadlineMs, idleTimeoutMs: 0 }
     this.replicas = urls.map((connectionString, index) => ({
       name: `replica-${index + 1}`,
       pool: new DatabasePool({ ...pool, connectionString }),

@@ -35,7 +35,7 @@ const schema = {
     // above the probe's own resolution (DATABASE_REPLICA_PROBE_INTERVAL_MS).
     DATABASE_REPLICA_MAX_LAG_MS: { type: 'integer', minimum: 0, maximum: 3600000, default: 1000 },
     // How often each replica's replayed position (and the primary's) is probed; a probe that does
-    // not answer within the interval marks the replica down until one does.
+    // not answer within the interval (at least 1 s) marks the replica down until one does.
     DATABASE_REPLICA_PROBE_INTERVAL_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 250 },
     // /readyz's bound on its own check of the database (connect and query).
     READINESS_TIMEOUT_MS: { type: 'integer', minimum: 1, maximum: 60000, default: 1000 },
