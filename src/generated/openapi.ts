@@ -40,6 +40,9 @@ export interface paths {
          *     lag does not make it unready), and 503 `shutting-down` once the
          *     replica has begun shutting down. The probe never queues behind API traffic, and concurrent
          *     probes share one query.
+         *     With read replicas (`DATABASE_REPLICA_URLS`), a primary that cannot be reached while a
+         *     replica is up still answers 200: the replicas serve reads, and writes answer 503
+         *     `database-unavailable` (docs/scaling.md).
          */
         get: operations["getReadiness"];
         put?: never;
