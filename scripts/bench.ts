@@ -6,7 +6,10 @@
 //   DATABASE_URL   a PostgreSQL server to use (a database is created in it and dropped); else embedded
 //   BENCH_SCALES   grants in the database, comma-separated (default 10000,1000000,10000000)
 //   BENCH_SECONDS  seconds per measurement (default 5), after a 1 s warm-up
-//   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0", "overload")
+//   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0", "overload",
+//                  "replica": page 0 through a streaming replica and through the primary, scripts/bench/replica.ts)
+//   BENCH_ROUNDS   rounds of the replica scenario (default 5)
+//   BENCH_REPLICA_BASELINE  a git revision: the replica scenario measures its build too, without replicas
 //   DATABASE_CONNECTION_WAIT_MS  passed to the service; the overload scenario checks shed answers against it
 //   BENCH_OVERLOAD_CONNECTIONS   the overload scenario's saturating count, given ("8", "name.asc=4,id.desc=8")
 //   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
@@ -28,12 +31,15 @@ import { listGrantedPermissionsSql } from '../db/queries/list.js'
 import { parseSortBy } from '../db/queries/sort.js'
 import { STATEMENT_TIMEOUT_MS } from '../db/queries/statement.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
-import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, SMALL_CLIENT, type Scale } from './bench/data.js'
+import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, scaleOf, SMALL_CLIENT, type Scale } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
 import { connectionWaitOf, givenConnections, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
 import type { CeilingPages } from './bench/http-ceiling.js'
 import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
 import { summarizeProfile } from './bench/profile.js'
+import { measureReplicaRouting, REPLICA_GRANTS, REPLICA_SCENARIO, replicaSummary, type ReplicaReport } from './bench/replica.js'
+import { buildRevision } from './bench/revision.js'
+import type { Ending } from './replicated-postgres.js'
 
 const CONNECTIONS = 50
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5)
@@ -42,6 +48,8 @@ const DELETE_BATCH_SIZES = [50, 500]
 const ONLY = process.env.BENCH_ONLY ?? ''
 const PROFILE = Boolean(process.env.BENCH_PROFILE)
 const OVERLOAD_CONNECTIONS = givenConnections(process.env.BENCH_OVERLOAD_CONNECTIONS)
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
+const REPLICA_BASELINE = process.env.BENCH_REPLICA_BASELINE
 const selected = (scenario: string) => scenario.includes(ONLY)
 const reportFolder = join(projectRoot, 'reports', 'bench')
 
@@ -61,6 +69,8 @@ const db = new pg.Pool({ connectionString: databaseUrl, max: 2 })
 let stopping = false
 for (const pool of [admin, db]) pool.on('error', (error) => { if (!stopping) console.warn(`database connection lost: ${error.message}`) })
 const children: ChildProcess[] = []
+/** The replica scenario's servers, while they may run. */
+let replicated: Ending | undefined
 
 /** SIGTERM, then the exit (a profiled service writes its profile on the way out). */
 async function stopProcess (child: ChildProcess): Promise<void> {
@@ -73,6 +83,7 @@ async function stopProcess (child: ChildProcess): Promise<void> {
 async function cleanUp () {
   stopping = true
   await Promise.all(children.map(stopProcess))
+  await replicated?.stop().catch(() => {})
   await db.end().catch(() => {})
   await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`).catch(() => {})
   await admin.end().catch(() => {})
@@ -82,11 +93,12 @@ async function cleanUp () {
 process.once('SIGINT', () => { cleanUp().finally(() => process.exit(130)) })
 process.once('SIGTERM', () => { cleanUp().finally(() => process.exit(143)) })
 
-/** Starts `args` with node and resolves once `ready` answers 2xx. */
-async function startProcess (args: string[], env: Record<string, string>, ready: () => Promise<boolean>): Promise<ChildProcess> {
+/** Starts `args` with node (from `cwd`) and resolves once `ready` answers 2xx. An undefined in `env` unsets. */
+async function startProcess (args: string[], env: Record<string, string | undefined>, ready: () => Promise<boolean>, cwd = projectRoot): Promise<ChildProcess> {
+  const environment = Object.fromEntries(Object.entries({ ...process.env, ...env }).filter(([, value]) => value !== undefined))
   // The service's log lines (a warning per shed request under overload) are dropped: in a pipe
   // nobody reads they filled its 64 KiB and the logger, blocked on it, stopped the whole service.
-  const child = spawn(process.execPath, args, { cwd: projectRoot, env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'inherit'] })
+  const child = spawn(process.execPath, args, { cwd, env: environment, stdio: ['ignore', 'ignore', 'inherit'] })
   children.push(child)
   for (let i = 0; i < 300; i++) {
     if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited with ${child.exitCode}`)
@@ -395,30 +407,70 @@ try {
     spawn(process.execPath, [join(projectRoot, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json'], { cwd: projectRoot, stdio: 'inherit' })
       .on('exit', (code) => code === 0 ? resolve() : reject(new Error(`tsc exited with ${code}`)))
   })
-  const servicePort = await freePort()
-  service.url = `http://127.0.0.1:${servicePort}`
-  const profileArgs = PROFILE ? ['--cpu-prof', '--cpu-prof-dir', join(work, 'profile')] : []
-  const serviceEnv = {
+  // Every service the bench starts runs so; each is given its database and port.
+  const commonEnv = {
     NODE_ENV: 'production',
-    DATABASE_URL: databaseUrl,
     JWT_PUBLIC_KEY: keys.publicKey,
     JWT_ISSUER: ISSUER,
     JWT_AUDIENCE: AUDIENCE,
     LOG_LEVEL: 'warn',
     HOST: '127.0.0.1',
-    PORT: String(servicePort),
     // The bounded wait for a pooled connection, when the bench is given one (else the service's default).
     ...(process.env.DATABASE_CONNECTION_WAIT_MS ? { DATABASE_CONNECTION_WAIT_MS: process.env.DATABASE_CONNECTION_WAIT_MS } : {})
   }
+
+  // First, on servers of its own that are stopped before the rest begins.
+  let replica: ReplicaReport | undefined
+  if (selected(REPLICA_SCENARIO)) {
+    if (REPLICA_BASELINE) console.error(`# ${REPLICA_SCENARIO}: building ${REPLICA_BASELINE} (git archive, tsc)…`)
+    const baseline = REPLICA_BASELINE ? await buildRevision(REPLICA_BASELINE, work) : undefined
+    const pageZero = listScenarios.find(({ name }) => name === 'GET page 0, limit 50')!
+    replica = await measureReplicaRouting({
+      path: listPath(pageZero.client) + search(pageZero, scaleOf(REPLICA_GRANTS)),
+      headers: readHeaders,
+      rounds: ROUNDS,
+      seconds: SECONDS,
+      connections: CONNECTIONS,
+      startService: async (env, root) => {
+        const port = await freePort()
+        const url = `http://127.0.0.1:${port}`
+        const child = await startProcess(['dist/src/server.js'], { ...commonEnv, PORT: String(port), ...env }, async () => (await fetch(`${url}/readyz`)).ok, root)
+        return { url, pid: child.pid!, stop: () => stopProcess(child) }
+      },
+      baseline,
+      statementTps: pgbenchBinary
+        ? async (url, position, seconds) => {
+          const script = `${withPgbenchVariables(listGrantedPermissionsSql(parseSortBy(pageZero.sortBy), position))};\n`
+          const variables = { p1: RESOURCE_ID, p2: pageZero.client, p3: String(pageZero.limit), p4: '0' }
+          const result = await pgbench(pgbenchBinary, url, script, { connections: CONNECTIONS, seconds, variables, folder: work })
+          if (result.failed > 0) throw new Error(`pgbench: ${result.failed} failed transactions`)
+          return result.tps
+        }
+        : undefined,
+      onCreated: (ending) => { replicated = ending },
+      log: (line) => console.error(line)
+    })
+  }
+
+  const servicePort = await freePort()
+  service.url = `http://127.0.0.1:${servicePort}`
+  const profileArgs = PROFILE ? ['--cpu-prof', '--cpu-prof-dir', join(work, 'profile')] : []
+  const serviceEnv = { ...commonEnv, DATABASE_URL: databaseUrl, PORT: String(servicePort) }
   const { poolMax, ...connectionWait } = connectionWaitOf({ ...process.env, ...serviceEnv })
   const serviceProcess = await startProcess([...profileArgs, 'dist/src/server.js'], serviceEnv, async () => (await fetch(`${service.url}/readyz`)).ok)
   service.pid = serviceProcess.pid!
   const rssTimer = watchRss(service.pid)
 
-  console.log(columns.join(' | '))
+  // No scale is loaded for a run of the replica scenario alone.
+  const tableScenarios = [
+    ...listScenarios.map(({ name }) => name), ...DELETE_BATCH_SIZES.flatMap((size) => [`DELETE ${size} ids`, `POST ${size} ids`]),
+    'GET change history, limit 50', 'GET without a token → 401', 'GET without the scope → 403', OVERLOAD_SCENARIO
+  ]
+  const scales = tableScenarios.some(selected) ? SCALES : []
+  if (scales.length > 0) console.log(columns.join(' | '))
   let scale: Scale | undefined
   let overload: OverloadReport | undefined
-  for (const grants of SCALES) {
+  for (const grants of scales) {
     const started = Date.now()
     scale = await loadScale(db, grants)
     console.error(`# ${scale.grants} grants loaded in ${((Date.now() - started) / 1000).toFixed(0)} s (big client: ${scale.bigGrants})`)
@@ -468,13 +520,15 @@ try {
     secondsPerMeasurement: SECONDS,
     serviceRssPeakMiB: Math.round(rssPeak / 2 ** 20),
     rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) })),
-    overload: overload && { ...overload, markdown: overloadSummary(overload) }
+    overload: overload && { ...overload, markdown: overloadSummary(overload) },
+    replica: replica && { ...replica, markdown: replicaSummary(replica) }
   }
   await mkdir(reportFolder, { recursive: true })
   await writeFile(join(reportFolder, 'latest.json'), JSON.stringify(report, null, 2))
   if (rows.length > 0) console.log(`\n${markdownTable()}\n\n${deepestPageGoal().join('\n')}`)
   if (overload) console.log(`\n${report.overload!.markdown}`)
-  console.log(`\nservice RSS peak: ${report.serviceRssPeakMiB} MiB. JSON: reports/bench/latest.json`)
+  if (replica) console.log(`\n${report.replica!.markdown}`)
+  console.log(`\n${scales.length > 0 ? `service RSS peak: ${report.serviceRssPeakMiB} MiB. ` : ''}JSON: reports/bench/latest.json`)
   if (PROFILE) {
     await stopProcess(serviceProcess)
     const [written] = await readdir(join(work, 'profile'))
