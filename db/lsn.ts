@@ -17,9 +17,18 @@ export function formatLsn (lsn: bigint): string {
 }
 
 /**
- * The position of the state a statement saw, as a column: on a replica what it had replayed, on the
- * primary what it had written, both read after the statement's snapshot was taken, so never older
- * than the state it read. (COALESCE stops at the first value: the primary's function is not called
- * on a replica, where it fails.)
+ * The position of the state a statement saw, as a column, read after the statement's snapshot was
+ * taken and so never older than what it showed: on a standby what it had replayed; on the primary
+ * where its WAL is inserted, which is past every commit the snapshot shows, even one committed
+ * asynchronously whose WAL is not written yet. pg_is_in_recovery() decides, not a NULL: a primary
+ * that went through recovery (a promoted standby, a restart after a crash) keeps answering its
+ * last replayed position, which then never moves.
  */
-export const positionColumn = 'coalesce(pg_last_wal_replay_lsn(), pg_current_wal_lsn())::text AS position'
+export const positionColumn = '(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text AS position'
+
+/**
+ * The primary's position now, past every commit made so far (see positionColumn). It may lie just
+ * past a WAL page's header, where no standby reports being until more WAL is written: a token then
+ * sends reads to the primary a little longer, never to an older state.
+ */
+export const primaryPosition = 'pg_current_wal_insert_lsn()::text'

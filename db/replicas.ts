@@ -73,6 +73,7 @@ export class ReplicaSet extends EventEmitter {
   /** Probes at once, then every interval until closed. */
   async start (): Promise<void> {
     await this.probe()
+    if (this.#closed) return
     const again = () => {
       this.#timer = setTimeout(() => { this.probe().finally(() => { if (!this.#closed) again() }) }, this.#probeIntervalMs)
       this.#timer.unref()
@@ -89,6 +90,8 @@ export class ReplicaSet extends EventEmitter {
   /** One round: the primary's written position, then each replica's replayed one. */
   async probe (): Promise<void> {
     try {
+      // Where the primary has written (not inserted: a position inside a WAL page's header, which
+      // no standby ever reports, would make an idle primary's replicas look behind for ever).
       const { rows: [row] } = await this.#primary.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')
       this.primaryReachable = true
       const now = performance.now()
@@ -99,10 +102,13 @@ export class ReplicaSet extends EventEmitter {
     }
     await Promise.all(this.replicas.map(async (replica, index) => {
       try {
-        const { rows: [row] } = await this.#probes[index].query<{ lsn: string | null }>('SELECT pg_last_wal_replay_lsn()::text AS lsn')
-        // NULL: not a standby (a promoted or misconfigured server): no position to trust.
-        if (row.lsn === null) throw new Error('not a streaming replica: pg_last_wal_replay_lsn() is NULL')
-        this.#replayedAt(replica, parseLsn(row.lsn)!)
+        const { rows: [row] } = await this.#probes[index].query<{ standby: boolean, lsn: string | null }>(
+          'SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS lsn')
+        // Not a standby (promoted, or misconfigured): its position says nothing of the primary's.
+        if (!row.standby || row.lsn === null) throw new Error('not a streaming replica: pg_is_in_recovery() is false')
+        // What it has replayed now, even if less than before: a standby restarted, or another one
+        // behind the same URL, is only as far as it says.
+        replica.replayed = parseLsn(row.lsn)!
         if (!replica.up) {
           replica.up = true
           // Reported when it comes back from a reported outage, not at its first probe.
@@ -161,7 +167,22 @@ export class ReplicaSet extends EventEmitter {
   }
 }
 
+const codeOf = (error: unknown) => error instanceof Error ? (error as { code?: unknown }).code : undefined
+
+// A replica busy beyond its bounds: no connection free in time, a statement past its timeout, no
+// connection slot left.
+const replicaOverloaded: ReadonlySet<unknown> = new Set(['CONNECTION_WAIT_TIMEOUT', '57014', '53300'])
+
+// A standby cancelling a read that conflicts with the WAL it replays (a snapshot or lock conflict,
+// a buffer-pin deadlock, a database dropped on the primary): the replica works, this read lost.
+const recoveryConflicts: ReadonlySet<unknown> = new Set(['40001', '40P01', '57P04'])
+
 /** Whether a read's failure on a replica says the replica, not the request, is at fault. */
 export function replicaFailed (error: unknown): boolean {
-  return isDatabaseUnavailable(error) || (error instanceof Error && ['CONNECTION_WAIT_TIMEOUT', '57014', '53300'].includes((error as { code?: string }).code ?? ''))
+  return isDatabaseUnavailable(error) || replicaOverloaded.has(codeOf(error))
+}
+
+/** Whether a read's failure on a replica is a conflict with its recovery: the primary answers it. */
+export function recoveryConflict (error: unknown): boolean {
+  return recoveryConflicts.has(codeOf(error))
 }

@@ -8,7 +8,7 @@ import { migrateDatabase } from '../db/migrate.js'
 import { DatabasePool } from '../db/pool.js'
 import { ping, type Queryable } from '../db/queries/statement.js'
 import { parseLsn } from '../db/lsn.js'
-import { ReplicaSet, replicaFailed } from '../db/replicas.js'
+import { recoveryConflict, ReplicaSet, replicaFailed } from '../db/replicas.js'
 import { replicaUrlsOf } from '../src/config.js'
 import { migrationsDir } from '../src/project-root.js'
 
@@ -119,7 +119,8 @@ export default fp(async function db (fastify) {
 /**
  * Reads with replicas: on one that may answer (ReplicaSet.choose), else on the primary. A replica
  * that fails the read (unreachable, or too slow) is marked down and the read goes to the primary;
- * an answer older than the request needs (`satisfied`) is asked of the primary again.
+ * one that cancels it in a conflict with its recovery is not, but the primary answers; an answer
+ * older than the request needs (its token, or `satisfied`) is asked of the primary again.
  */
 function readAnywhere (primary: DatabasePool, replicas: ReplicaSet) {
   return async function read<T extends { position?: string }> (run: (db: Queryable, position: boolean) => Promise<T>, { after, satisfied }: ReadOptions<T> = {}): Promise<T> {
@@ -129,16 +130,22 @@ function readAnywhere (primary: DatabasePool, replicas: ReplicaSet) {
     else {
       try {
         const result = await run(replica.pool, true)
-        replicas.observed(replica, parseLsn(result.position!)!)
-        if (!satisfied || satisfied(result)) {
+        const position = parseLsn(result.position!)!
+        replicas.observed(replica, position)
+        // Checked on the answer itself: what the probe last saw may no longer hold (a standby
+        // restarted, or another one behind the same URL).
+        if (after !== undefined && position < after) reason = 'behind_token'
+        else if (satisfied && !satisfied(result)) reason = 'behind_version'
+        else {
           replicas.emit('read', replica.name)
           return result
         }
-        reason = 'behind_version'
       } catch (error) {
-        if (!replicaFailed(error)) throw error
-        replicas.markDown(replica, error as Error)
-        reason = 'replica_failed'
+        if (recoveryConflict(error)) reason = 'recovery_conflict'
+        else if (replicaFailed(error)) {
+          replicas.markDown(replica, error as Error)
+          reason = 'replica_failed'
+        } else throw error
       }
     }
     replicas.emit('fallback', reason)

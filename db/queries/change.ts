@@ -1,6 +1,7 @@
 // The DELETE and the POST: one statement that changes a client's grants only when the change
 // applies, and records it in the history in the same transaction.
 import type pg from 'pg'
+import { primaryPosition } from '../lsn.js'
 import { STATEMENT_TIMEOUT_MS, type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
 
 // What the DELETE and the POST share ($1 resource id, $2 client id, $3 permission ids, $4 the versions
@@ -145,7 +146,7 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
     // replayed to show this change.
     let position: string | undefined
     if (options.position === true) {
-      const results = await client.query('COMMIT; SELECT pg_current_wal_lsn()::text AS position') as unknown as Array<{ rows: Array<{ position: string }> }>
+      const results = await client.query(`COMMIT; SELECT ${primaryPosition} AS position`) as unknown as Array<{ rows: Array<{ position: string }> }>
       position = results[1].rows[0].position
     } else {
       await client.query('COMMIT')
