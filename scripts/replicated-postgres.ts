@@ -53,6 +53,8 @@ export interface Replicated {
   waitForReceive: (timeoutMs?: number) => Promise<void>
   /** `pg_ctl stop -m fast`: the replica stays up, readable, and reconnects once the primary is back. */
   stopPrimary: () => Promise<void>
+  /** `pg_ctl stop -m immediate`, as a crash: started again, the primary first recovers from its WAL. */
+  crashPrimary: () => Promise<void>
   /** Starts the primary again, resolving once it accepts connections. */
   startPrimary: () => Promise<void>
   /** `pg_ctl stop -m fast`. A replica started again replays anew: a pause does not survive a restart. */
@@ -247,6 +249,7 @@ export async function startReplicatedPostgres ({ onCreated, settings: given = {}
     waitForReplay: (timeoutMs = BOUND_MS) => waitFor('pg_last_wal_replay_lsn()', timeoutMs),
     waitForReceive: (timeoutMs = BOUND_MS) => waitFor('pg_last_wal_receive_lsn()', timeoutMs),
     stopPrimary: () => stop(primary, 'fast'),
+    crashPrimary: () => stop(primary, 'immediate'),
     startPrimary: () => start(primary),
     stopReplica: () => stop(replica, 'fast'),
     startReplica: () => start(replica),

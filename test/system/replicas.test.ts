@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
 import pg from 'pg'
 import t, { type Test } from 'tap'
+import { parseLsn } from '../../db/lsn.js'
 import { seedDatabase } from '../../db/seed.js'
 import app, { serverOptions } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
@@ -206,6 +207,26 @@ t.test('the primary stopped: reads still answered by the replica, writes 503 dat
   restarted = true
   await until('writes again', async () => (await call(relaxed, 'POST', ordersPath(), {}, ['p_read_orders'])).status === 204)
   t.pass('the primary is back')
+})
+
+t.test('a primary restarted after a crash (its own recovery behind it): its tokens still move forward with its writes', async (t) => {
+  await cluster.crashPrimary()
+  await cluster.startPrimary()
+  await until('writes again', async () => (await call(relaxed, 'POST', ordersPath(), {}, ['p_read_orders'])).status === 204)
+  // The condition itself: a primary that went through recovery still answers a replayed position.
+  const { rows: [{ replayed }] } = await primary.query<{ replayed: string | null }>('SELECT pg_last_wal_replay_lsn()::text AS replayed')
+  t.not(replayed, null, 'the primary answers pg_last_wal_replay_lsn() after its recovery')
+  await cluster.pauseReplay()
+  t.teardown(() => cluster.resumeReplay())
+  const removed = await call(relaxed, 'DELETE', ordersPath(), {}, ['p_read_orders'])
+  t.equal(removed.status, 204)
+  const written = parseLsn(removed.headers.get('consistency-token')!)!
+  t.ok(written > parseLsn(replayed!)!, 'the write\'s token is past what the primary once replayed')
+  const read = await call(relaxed, 'GET', ordersPath(), { 'consistency-token': removed.headers.get('consistency-token')! })
+  t.notOk(ids(read).includes('p_read_orders'), 'the DELETE is seen')
+  t.ok(parseLsn(read.headers.get('consistency-token')!)! >= written, 'the primary\'s answer carries a token at least as new')
+  await cluster.resumeReplay()
+  await cluster.waitForReplay()
 })
 
 // Last: prom-client's registry is one per process, and the newest app's counters are the ones served.
