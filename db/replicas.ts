@@ -47,6 +47,7 @@ export class ReplicaSet extends EventEmitter {
   readonly #samples: PrimarySample[] = []
   #next = 0
   readonly #reportedDown = new Set<Replica>()
+  readonly #downAt = new Map<Replica, number>()
   #timer: NodeJS.Timeout | undefined
   #closed = false
 
@@ -101,6 +102,7 @@ export class ReplicaSet extends EventEmitter {
       this.primaryReachable = false
     }
     await Promise.all(this.replicas.map(async (replica, index) => {
+      const askedAt = performance.now()
       try {
         const { rows: [row] } = await this.#probes[index].query<{ standby: boolean, lsn: string | null }>(
           'SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS lsn')
@@ -109,7 +111,8 @@ export class ReplicaSet extends EventEmitter {
         // What it has replayed now, even if less than before: a standby restarted, or another one
         // behind the same URL, is only as far as it says.
         replica.replayed = parseLsn(row.lsn)!
-        if (!replica.up) {
+        // An answer to a question asked before a read found the replica failing says nothing of now.
+        if (!replica.up && askedAt > (this.#downAt.get(replica) ?? -Infinity)) {
           replica.up = true
           // Reported when it comes back from a reported outage, not at its first probe.
           if (this.#reportedDown.delete(replica)) this.emit('up', replica)
@@ -123,6 +126,7 @@ export class ReplicaSet extends EventEmitter {
   /** A replica that failed a read or a probe: no reads until a probe answers again. */
   markDown (replica: Replica, error: Error): void {
     replica.up = false
+    this.#downAt.set(replica, performance.now())
     // Reported once per outage, a replica never up since start included.
     if (this.#reportedDown.has(replica)) return
     this.#reportedDown.add(replica)

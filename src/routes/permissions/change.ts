@@ -3,7 +3,6 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { ChangeInput, ChangeResult } from '../../../db/queries/change.js'
 import type { StatementOptions } from '../../../db/queries/statement.js'
 import { actorOf } from '../../../plugins/auth.js'
-import { sendConsistencyToken } from './consistency.js'
 import { etagOf, ifMatchVersions } from './preconditions.js'
 
 type ChangeRequest = FastifyRequest<{ Params: { resource_id: string, client_id: string }, Body: string[] }>
@@ -25,9 +24,8 @@ export function changeStatementOptions ({ config, replicas }: FastifyInstance): 
   return { prepared: config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: config.DATABASE_STATEMENT_TIMEOUT_MS, position: replicas !== undefined }
 }
 
-/** A change's 204: the authorization's new ETag, and where a replica must be to show it. */
+/** A change's 204, with the authorization's new ETag (its Consistency-Token is sent before the checks). */
 export function sendChanged (reply: FastifyReply, result: ChangeResult): FastifyReply {
   if (result.version !== undefined) reply.header('etag', etagOf(result.version))
-  sendConsistencyToken(reply, result.position)
   return reply.code(204).send()
 }

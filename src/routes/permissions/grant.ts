@@ -5,6 +5,7 @@ import { grantPermissions } from '../../../db/queries/change.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { changeOf, changeStatementOptions, sendChanged } from './change.js'
+import { sendConsistencyToken } from './consistency.js'
 import { assertChangeApplies } from './target.js'
 
 type Grant = Operations['grantClientPermissions']
@@ -18,6 +19,9 @@ export default async function grant (fastify: FastifyInstance) {
     const change = changeOf(request)
     const result = await grantPermissions(fastify.db, change, changeStatementOptions(fastify))
     const { resourceId, clientId } = change
+    // Refused or not, the answer says where the primary was: a caller told 412 reads the current
+    // ETag next, and with this token never from a replica older than the refusal.
+    sendConsistencyToken(reply, result.position)
     assertChangeApplies(result, resourceId, clientId, 'nothing was granted')
     request.log.info({ resourceId, clientId, granted: result.changed, changeId: result.changeId }, 'permissions granted')
     return sendChanged(reply, result)

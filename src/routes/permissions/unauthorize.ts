@@ -4,6 +4,7 @@ import { unauthorizePermissions } from '../../../db/queries/change.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { changeOf, changeStatementOptions, sendChanged } from './change.js'
+import { sendConsistencyToken } from './consistency.js'
 import { assertChangeApplies } from './target.js'
 
 type Unauthorize = Operations['unauthorizeClientPermissions']
@@ -17,6 +18,9 @@ export default async function unauthorize (fastify: FastifyInstance) {
     const change = changeOf(request)
     const result = await unauthorizePermissions(fastify.db, change, changeStatementOptions(fastify))
     const { resourceId, clientId } = change
+    // Refused or not, the answer says where the primary was: a caller told 412 reads the current
+    // ETag next, and with this token never from a replica older than the refusal.
+    sendConsistencyToken(reply, result.position)
     assertChangeApplies(result, resourceId, clientId, 'nothing was removed')
     request.log.info({ resourceId, clientId, removed: result.changed, changeId: result.changeId }, 'permissions unauthorized')
     return sendChanged(reply, result)
