@@ -11,11 +11,6 @@ export function parseLsn (text: string): bigint | undefined {
   return (BigInt(`0x${match[1]}`) << 32n) | BigInt(`0x${match[2]}`)
 }
 
-/** A position as PostgreSQL writes it. */
-export function formatLsn (lsn: bigint): string {
-  return `${(lsn >> 32n).toString(16).toUpperCase()}/${(lsn & 0xFFFFFFFFn).toString(16).toUpperCase()}`
-}
-
 /**
  * The position of the state a statement saw, as a column, read after the statement's snapshot was
  * taken and so never older than what it showed: on a standby what it had replayed; on the primary

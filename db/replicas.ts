@@ -4,7 +4,7 @@
 // is then how long ago the primary was at a position it has not replayed.
 import { EventEmitter } from 'node:events'
 import { performance } from 'node:perf_hooks'
-import { isDatabaseUnavailable } from './errors.js'
+import { isDatabaseUnavailable, overloadReasonOf } from './errors.js'
 import { parseLsn } from './lsn.js'
 import { DatabasePool, type DatabasePoolOptions } from './pool.js'
 
@@ -134,13 +134,8 @@ export class ReplicaSet extends EventEmitter {
   }
 
   /** What a read on `replica` has shown of its position (never moves it back). */
-  #replayedAt (replica: Replica, lsn: bigint): void {
-    if (lsn > replica.replayed) replica.replayed = lsn
-  }
-
-  /** A read's own position, from its answer. */
   observed (replica: Replica, lsn: bigint): void {
-    this.#replayedAt(replica, lsn)
+    if (lsn > replica.replayed) replica.replayed = lsn
   }
 
   /**
@@ -173,17 +168,16 @@ export class ReplicaSet extends EventEmitter {
 
 const codeOf = (error: unknown) => error instanceof Error ? (error as { code?: unknown }).code : undefined
 
-// A replica busy beyond its bounds: no connection free in time, a statement past its timeout, no
-// connection slot left.
-const replicaOverloaded: ReadonlySet<unknown> = new Set(['CONNECTION_WAIT_TIMEOUT', '57014', '53300'])
-
 // A standby cancelling a read that conflicts with the WAL it replays (a snapshot or lock conflict,
 // a buffer-pin deadlock, a database dropped on the primary): the replica works, this read lost.
 const recoveryConflicts: ReadonlySet<unknown> = new Set(['40001', '40P01', '57P04'])
 
-/** Whether a read's failure on a replica says the replica, not the request, is at fault. */
+/**
+ * Whether a read's failure on a replica says the replica, not the request, is at fault: it cannot
+ * be reached, or it is busy beyond its bounds (no connection in time, a statement past its timeout).
+ */
 export function replicaFailed (error: unknown): boolean {
-  return isDatabaseUnavailable(error) || replicaOverloaded.has(codeOf(error))
+  return isDatabaseUnavailable(error) || overloadReasonOf(error) !== undefined
 }
 
 /** Whether a read's failure on a replica is a conflict with its recovery: the primary answers it. */
