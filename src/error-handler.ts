@@ -35,16 +35,17 @@ function messageOf (issue: ValidationIssue, location: FieldError['location']): s
   const hint = issue.parentSchema?.['x-pattern-hint']
   if (issue.keyword === 'pattern' && hint) return `must be ${hint}`
   if (location === 'body' && issue.instancePath === '' && issue.keyword === 'type') return `must be ${EXPECTED_BODY}`
+  if (location === 'query' && issue.keyword === 'additionalProperties') return 'is not a parameter of this operation'
   return issue.message ?? 'is invalid'
 }
 
 function fieldErrors (error: FastifyError): FieldError[] {
   const location = validationLocations.get(error.validationContext) ?? 'body'
   return (error.validation as ValidationIssue[]).map((issue) => {
-    const missing = issue.params.missingProperty
+    const named = issue.params.missingProperty ?? issue.params.additionalProperty
     return {
       location,
-      pointer: issue.instancePath + (typeof missing === 'string' ? `/${missing}` : ''),
+      pointer: issue.instancePath + (typeof named === 'string' ? `/${named}` : ''),
       message: messageOf(issue, location)
     }
   })

@@ -36,6 +36,8 @@ function queryAllowed (pairs: Array<[string, string]>): boolean {
     offset: (value) => within(value, 0, 99999999999999),
     sort_by: (value) => sortPattern.test(value) && value.length <= 100
   }
+  // A parameter the operation does not declare is refused, not ignored.
+  if (pairs.some(([name]) => !Object.hasOwn(rules, name))) return false
   for (const [name, rule] of Object.entries(rules)) {
     const values = pairs.filter(([key]) => key === name).map(([, value]) => value)
     if (values.length > 1 || (values.length === 1 && !rule(values[0]))) return false

@@ -35,7 +35,10 @@ function parametersSchema (parameters: JsonObject[], location: string): JsonObje
     properties[name] = parameter.schema as JsonObject
     if (parameter.required === true) required.push(name)
   }
-  return { type: 'object', properties, ...(required.length > 0 ? { required } : {}) }
+  // A query parameter the operation does not declare is refused (400), not ignored: a caller who
+  // guessed a name (page for offset, say) would otherwise get an answer to another question.
+  // Headers stay open: clients and proxies send many.
+  return { type: 'object', properties, ...(required.length > 0 ? { required } : {}), ...(location === 'query' ? { additionalProperties: false } : {}) }
 }
 
 // The route config of an operation's security: the scopes a token needs, or, for `security: []`
