@@ -7,6 +7,7 @@ import auth, { publicRoute } from '../plugins/auth.js'
 import db from '../plugins/db.js'
 import docs from '../plugins/docs.js'
 import env from '../plugins/env.js'
+import feed from '../plugins/feed.js'
 import lifecycle from '../plugins/lifecycle.js'
 import metrics from '../plugins/metrics.js'
 import pressure from '../plugins/pressure.js'
@@ -16,6 +17,7 @@ import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler } from './error-handler.js'
 import { problems } from './problems.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
+import changeFeed from './routes/feed/index.js'
 import healthRoutes from './routes/health.js'
 import permissionRoutes from './routes/permissions/index.js'
 import { validatorCompiler } from './validation.js'
@@ -97,6 +99,7 @@ async function app (fastify: FastifyInstance, { config }: AppOptions) {
   await fastify.register(env, { config })
   await fastify.register(lifecycle)
   await fastify.register(db)
+  await fastify.register(feed)
   await fastify.register(docs)
   await fastify.register(pressure)
   await fastify.register(metrics)
@@ -113,6 +116,7 @@ async function app (fastify: FastifyInstance, { config }: AppOptions) {
 
   await fastify.register(healthRoutes)
   await fastify.register(permissionRoutes)
+  await fastify.register(changeFeed)
   registerMethodNotAllowed(fastify)
 }
 

@@ -76,6 +76,14 @@ const schema = {
     // The longest lifetime (exp − iat, or exp − now without iat) a token may have, in seconds;
     // unset: any.
     JWT_MAX_LIFETIME_S: { type: 'integer', minimum: 1, maximum: 31536000 },
+    // The change feed's streams (GET /permission_changes, text/event-stream): how many one replica
+    // serves at once (one more answers 503 overloaded); how often an idle stream gets a heartbeat
+    // comment (below a gateway's idle timeout: HAProxy's is 30 s here); how many bytes may wait for
+    // a consumer that reads slower than changes arrive before it is disconnected (it resumes with
+    // Last-Event-ID), which bounds the memory each stream holds.
+    FEED_MAX_STREAMS: { type: 'integer', minimum: 0, maximum: 100000, default: 200 },
+    FEED_HEARTBEAT_MS: { type: 'integer', minimum: 100, maximum: 15000, default: 10000 },
+    FEED_STREAM_BUFFER_BYTES: { type: 'integer', minimum: 1024, maximum: 67108864, default: 262144 },
     LOG_LEVEL: { type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
     // Behind the API gateway: "true", or the gateway's addresses (comma-separated).
     TRUST_PROXY: { type: 'string', default: 'false' },
@@ -138,6 +146,9 @@ export interface Config {
   JWT_TYPE?: string
   JWT_SCOPE_CLAIMS: string
   JWT_MAX_LIFETIME_S?: number
+  FEED_MAX_STREAMS: number
+  FEED_HEARTBEAT_MS: number
+  FEED_STREAM_BUFFER_BYTES: number
   LOG_LEVEL: string
   TRUST_PROXY: string
   MAX_EVENT_LOOP_DELAY_MS: number

@@ -109,6 +109,20 @@ export const problems = {
     title: 'Precondition failed',
     detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'
   }),
+  changesPruned: (after: string, prunedThrough: string) => new Problem({
+    status: 410,
+    type: '/problems/changes-pruned',
+    title: 'Changes pruned',
+    detail: `Changes after ${after} have been pruned (through ${prunedThrough}): they can no longer be read. Start again without after, from the oldest change kept.`,
+    extensions: { pruned_through: prunedThrough }
+  }),
+  tooManyStreams: (max: number) => new Problem({
+    status: 503,
+    type: OVERLOADED,
+    title: 'Overloaded',
+    detail: `This replica already streams the change feed to ${max} consumers. Retry in ${RETRY_AFTER_SECONDS} seconds, or poll.`,
+    headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
+  }),
   routeNotFound: () => new Problem({ status: 404, detail: 'There is nothing at this URL.' }),
   methodNotAllowed: (method: string, allowed: string[]) => new Problem({
     status: 405,

@@ -8,11 +8,17 @@ import { STATEMENT_TIMEOUT_MS, type StatementOptions, type Target, type TargetRo
 // an If-Match accepts, NULL for none): the target, its authorization locked (so two callers holding
 // the same tag are served one after the other, and the second sees the first's version), whether
 // the precondition holds, and whether every id is a permission of the resource (one index scan).
+// The lock is taken in two steps: first a lock of the authorization's own (an advisory lock, which
+// needs no transaction id), then the row. A change's history id is its transaction's id (migration
+// 0007), which the row lock would take before waiting; taken after the first lock, one
+// authorization's ids are in the order its changes were applied, in the history and in the feed.
 const changeContext = `
   target AS (
     SELECT ${targetColumns}
+  ), serialized AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))
   ), locked AS MATERIALIZED (
-    SELECT version FROM authorizations WHERE resource_id = $1 AND client_id = $2 FOR UPDATE
+    SELECT version FROM authorizations, serialized WHERE resource_id = $1 AND client_id = $2 FOR UPDATE OF authorizations
   ), precondition AS (
     SELECT $4::bigint[] IS NULL OR coalesce((SELECT version FROM locked) = ANY ($4::bigint[]), false) AS met
   ), known AS (
@@ -37,8 +43,8 @@ const unknownIds = `
 const changeApplies = 'target.authorized AND precondition.met AND known.all_known'
 
 // After the change ($5 actor sub, $6 actor client id, $7 request id): when it changed anything, one
-// row of history with the ids it changed (request order, each once), and a notification that
-// PostgreSQL delivers at COMMIT, to listeners on the permission_changes channel.
+// row of history with the ids it changed (request order, each once). Its trigger announces it at
+// COMMIT on the permission_changes channel (migration 0007).
 const recordChange = (action: 'granted' | 'unauthorized') => `
   , recorded AS (
     INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, actor_sub, actor_client_id, request_id)
@@ -54,16 +60,11 @@ const recordChange = (action: 'granted' | 'unauthorized') => `
     ) changed_ids
     WHERE ids IS NOT NULL
     RETURNING id
-  ), notified AS (
-    SELECT pg_notify('permission_changes', json_build_object(
-      'id', id::text, 'resource_id', $1::text, 'client_id', $2::text, 'action', '${action}')::text)
-    FROM recorded
   )
   SELECT target.*, precondition.met AS precondition_met, ${unknownIds},
     (SELECT version FROM locked)::text AS version_before,
     (SELECT count(*) FROM changed) AS changed,
-    (SELECT id FROM recorded) AS change_id,
-    (SELECT count(*) FROM notified) AS notified
+    (SELECT id FROM recorded) AS change_id
   FROM target, precondition, known`
 
 /** The unauthorize statement: removes the grants only when the change applies. */

@@ -20,6 +20,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/permission_changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The change feed — every change, across resources and clients, oldest first
+         * @description Every entry of the change history (what `.../permission_changes` of one client lists), across
+         *     resources and clients, with `resource_id` and `client_id`, oldest first: for caches, search
+         *     indexes, audit sinks and webhook senders that follow permission changes.
+         *
+         *     **Order no reader can miss.** `id` is the cursor: pass the last `id` you have as `after`, or
+         *     follow `Link: rel="next"`. A reader that has seen `id` N is never later offered a smaller
+         *     one: an entry is returned only once no transaction still running could commit an entry
+         *     before it (docs/change-feed.md). So a change is held back while an older transaction is
+         *     open anywhere on the database server, and appears after it ends; it is never skipped and
+         *     never repeated. One client's changes on one resource appear in the order they were applied.
+         *
+         *     **Polled or streamed.** With `Accept: application/json` (or none), one page: `[]` when
+         *     nothing is newer yet, and always `Link: rel="next"` to poll again from. With `Accept:
+         *     text/event-stream`, Server-Sent Events: each entry as an event whose `id:` is the entry's
+         *     `id` and whose `data:` is its JSON, from `after` or the `Last-Event-ID` header (which wins),
+         *     and then each new change within about a second of its commit; a comment line (`:`) at least
+         *     every `FEED_HEARTBEAT_MS` (10 s) keeps gateways from closing an idle stream. A consumer that
+         *     reads slower than changes arrive is disconnected once `FEED_STREAM_BUFFER_BYTES` wait for
+         *     it, and resumes with `Last-Event-ID`; beyond `FEED_MAX_STREAMS` open streams on a replica a
+         *     new one answers 503 `overloaded`; on shutdown streams end, and clients reconnect elsewhere.
+         *
+         *     **Retention.** The prune command deletes old changes; a cursor older than the newest change
+         *     it deleted answers 410 `changes-pruned`, instead of continuing past the gap. Without
+         *     `after`, the feed starts at the oldest change kept.
+         */
+        get: operations["listAllPermissionChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/readyz": {
         parameters: {
             query?: never;
@@ -155,9 +198,37 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        ChangeId: string;
         EntityId: string;
         /** @description `*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take. */
         EntityTags: string;
+        /** @description One entry of the change feed — a change of the history, with the resource and client it changed. */
+        FeedChange: {
+            /** @enum {string} */
+            action: "granted" | "unauthorized";
+            /** @description From the verified token; a claim the token did not carry is left out. */
+            actor: {
+                /** @description The token's `client_id`, or else its `azp`. */
+                client_id?: string;
+                sub?: string;
+            };
+            /**
+             * Format: date-time
+             * @description When the change's transaction began (RFC 3339).
+             */
+            at: string;
+            client_id: components["schemas"]["EntityId"];
+            /**
+             * @description Increasing along the feed; the cursor for `after`.
+             * @example 11456300564480
+             */
+            id: string;
+            /** @description The ids actually changed, in request order, each once. */
+            permission_ids: components["schemas"]["PermissionId"][];
+            /** @description The request's id (its `X-Request-Id`; the gateway's when sane). */
+            request_id: string;
+            resource_id: components["schemas"]["EntityId"];
+        };
         Health: {
             /** @enum {string} */
             status: "ok";
@@ -220,6 +291,7 @@ export interface components {
          *     | `/problems/resource-not-found` | 404 | no resource has that id |
          *     | `/problems/client-not-found` | 404 | no client has that id |
          *     | `/problems/client-not-authorized` | 404 | the client exists but is not authorized on the resource |
+         *     | `/problems/changes-pruned` | 410 | the feed's `after` is older than the newest change the prune command deleted: changes after it are gone; start again without `after` (from the oldest kept) after rebuilding what you derived from the feed |
          *     | `/problems/precondition-failed` | 412 | the `If-Match` names no current `ETag`: the grants changed since; nothing was changed |
          *     | `/problems/unknown-permissions` | 422 | some ids are not permissions of the resource; `unknown_permission_ids` lists them |
          *     | `/problems/database-unavailable` | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query); retry after `Retry-After` seconds |
@@ -290,6 +362,15 @@ export interface components {
             };
             content: {
                 "application/problem+json": components["schemas"]["ValidationProblem"];
+            };
+        };
+        /** @description The feed's `after` is older than the newest change the prune command deleted; changes after it are gone. */
+        ChangesPruned: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
             };
         };
         /** @description The body is larger than 256 KiB. */
@@ -508,6 +589,90 @@ export interface operations {
             200: components["responses"]["Health"];
             408: components["responses"]["RequestTimeout"];
             431: components["responses"]["HeadersTooLarge"];
+        };
+    };
+    listAllPermissionChanges: {
+        parameters: {
+            query?: {
+                /** @description Only changes after this one (the `id` of the last change seen); without it, from the oldest kept. */
+                after?: components["schemas"]["ChangeId"];
+                /** @description Maximum number of changes on the page (polling only). */
+                limit?: number;
+                /** @description Only the changes of this resource. */
+                resource_id?: components["schemas"]["EntityId"];
+            };
+            header?: {
+                /**
+                 * @description The `Consistency-Token` of an earlier answer (with replicas, `DATABASE_REPLICA_URLS`): the
+                 *     answer is taken from a state at least as new as the one that answer showed or made, by a
+                 *     replica that has replayed it or else by the primary, so a caller that passes on the latest
+                 *     token it was given never sees its grants go back in time. Opaque: send it as received. A
+                 *     value that is not a token answers 400 `invalid-request` with the pointer
+                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
+                 *     state to read.
+                 * @example 0/3000148
+                 */
+                "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
+                /** @description The `id` of the last event a stream received (EventSource sends it when it reconnects); wins over `after`. */
+                "Last-Event-ID"?: components["schemas"]["ChangeId"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the feed, or (with `Accept: text/event-stream`) the feed as a stream. */
+            200: {
+                headers: {
+                    "Consistency-Token": components["headers"]["Consistency-Token"];
+                    /**
+                     * @description RFC 8288 link to poll from next (polling only), carrying `after`, `limit` and `resource_id`.
+                     * @example <http://localhost:3000/permission_changes?after=11456300564480&limit=50>; rel="next"
+                     */
+                    Link?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example [
+                     *       {
+                     *         "id": "11456300564480",
+                     *         "at": "2026-11-23T21:04:05.123Z",
+                     *         "resource_id": "orders-api",
+                     *         "client_id": "billing-app",
+                     *         "action": "unauthorized",
+                     *         "permission_ids": [
+                     *           "perm_read_refunds",
+                     *           "perm_create_refunds"
+                     *         ],
+                     *         "actor": {
+                     *           "sub": "platform-team",
+                     *           "client_id": "permissions-console"
+                     *         },
+                     *         "request_id": "8d1c2f0e-5b7a-4c1e-9a51-1f0f8f3c2b6d"
+                     *       }
+                     *     ]
+                     */
+                    "application/json": components["schemas"]["FeedChange"][];
+                    /**
+                     * @example retry: 1000
+                     *
+                     *     id: 11456300564480
+                     *     data: {"id":"11456300564480","at":"2026-11-23T21:04:05.123Z","resource_id":"orders-api","client_id":"billing-app","action":"unauthorized","permission_ids":["perm_read_refunds"],"actor":{"sub":"platform-team"},"request_id":"8d1c2f0e-5b7a-4c1e-9a51-1f0f8f3c2b6d"}
+                     *
+                     *     : heartbeat
+                     */
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
+            410: components["responses"]["ChangesPruned"];
+            431: components["responses"]["HeadersTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getReadiness: {

@@ -68,7 +68,8 @@ export const operations = {
             "pattern": "^(id|name|description)(\\.(asc|desc))?(,(id|name|description)(\\.(asc|desc))?)*$",
             "x-pattern-hint": "comma-separated sort keys, each id, name or description, optionally followed by .asc or .desc (for example name.desc,id)"
           }
-        }
+        },
+        "additionalProperties": false
       },
       "headers": {
         "type": "object",
@@ -364,7 +365,8 @@ export const operations = {
             "pattern": "^[0-9]{1,18}$",
             "x-pattern-hint": "the id of a change (up to 18 digits), as given in a previous page"
           }
-        }
+        },
+        "additionalProperties": false
       },
       "headers": {
         "type": "object",
@@ -406,6 +408,164 @@ export const operations = {
                 "type": "string",
                 "format": "date-time",
                 "description": "When the change's transaction began (RFC 3339)."
+              },
+              "action": {
+                "type": "string",
+                "enum": [
+                  "granted",
+                  "unauthorized"
+                ]
+              },
+              "permission_ids": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 500,
+                "description": "The ids actually changed, in request order, each once.",
+                "items": {
+                  "type": "string",
+                  "minLength": 1,
+                  "maxLength": 255,
+                  "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+                  "x-pattern-hint": "text without NUL characters or unpaired surrogates",
+                  "description": "The `id` of a Permission.",
+                  "examples": [
+                    "perm_read_orders"
+                  ]
+                }
+              },
+              "actor": {
+                "type": "object",
+                "additionalProperties": false,
+                "description": "From the verified token; a claim the token did not carry is left out.",
+                "properties": {
+                  "sub": {
+                    "type": "string",
+                    "maxLength": 1024
+                  },
+                  "client_id": {
+                    "type": "string",
+                    "maxLength": 1024,
+                    "description": "The token's `client_id`, or else its `azp`."
+                  }
+                }
+              },
+              "request_id": {
+                "type": "string",
+                "description": "The request's id (its `X-Request-Id`; the gateway's when sane)."
+              }
+            }
+          }
+        }
+      }
+    }
+  },
+  "listAllPermissionChanges": {
+    "operationId": "listAllPermissionChanges",
+    "method": "GET",
+    "path": "/permission_changes",
+    "url": "/permission_changes",
+    "config": {
+      "scopes": [
+        "read:resource"
+      ]
+    },
+    "statuses": [
+      200,
+      400,
+      401,
+      403,
+      408,
+      410,
+      431,
+      500,
+      503
+    ],
+    "schema": {
+      "querystring": {
+        "type": "object",
+        "properties": {
+          "after": {
+            "type": "string",
+            "pattern": "^[0-9]{1,18}$",
+            "x-pattern-hint": "the id of a change (up to 18 digits), as the feed or a history gave it"
+          },
+          "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 500,
+            "default": 50
+          },
+          "resource_id": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+          }
+        },
+        "additionalProperties": false
+      },
+      "headers": {
+        "type": "object",
+        "properties": {
+          "last-event-id": {
+            "type": "string",
+            "pattern": "^[0-9]{1,18}$",
+            "x-pattern-hint": "the id of a change (up to 18 digits), as the feed or a history gave it"
+          },
+          "consistency-token": {
+            "type": "string",
+            "maxLength": 17,
+            "pattern": "^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$",
+            "x-pattern-hint": "a Consistency-Token as an earlier answer gave it"
+          }
+        }
+      },
+      "response": {
+        "200": {
+          "type": "array",
+          "maxItems": 500,
+          "items": {
+            "type": "object",
+            "description": "One entry of the change feed — a change of the history, with the resource and client it changed.",
+            "additionalProperties": false,
+            "required": [
+              "id",
+              "at",
+              "resource_id",
+              "client_id",
+              "action",
+              "permission_ids",
+              "actor",
+              "request_id"
+            ],
+            "properties": {
+              "id": {
+                "type": "string",
+                "pattern": "^[0-9]{1,18}$",
+                "description": "Increasing along the feed; the cursor for `after`.",
+                "examples": [
+                  "11456300564480"
+                ]
+              },
+              "at": {
+                "type": "string",
+                "format": "date-time",
+                "description": "When the change's transaction began (RFC 3339)."
+              },
+              "resource_id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 255,
+                "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+                "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+              },
+              "client_id": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 255,
+                "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+                "x-pattern-hint": "text without NUL characters or unpaired surrogates"
               },
               "action": {
                 "type": "string",

@@ -417,7 +417,7 @@ t.test('migration 0003 gives the grants of an existing database their descriptio
       ('old-1', 'old-api', 'read:one', 'one'), ('old-2', 'old-api', 'read:two', NULL), ('old-3', 'old-api', 'read:three', 'three');
     INSERT INTO authorizations (resource_id, client_id) VALUES ('old-api', 'old-app');
     INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('old-api', 'old-app', 'old-1'), ('old-api', 'old-app', 'old-2')`)
-  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql'])
   t.same((await pool.query('SELECT permission_id, permission_description FROM grants ORDER BY permission_id')).rows,
     [{ permission_id: 'old-1', permission_description: 'one' }, { permission_id: 'old-2', permission_description: null }])
   t.same((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows, [{ n: 2 }], 'the count is untouched')
@@ -444,7 +444,7 @@ t.test('three replicas migrating a fresh database at once: each migration is app
   const { rows } = await pools[0].query(`
     SELECT relname FROM pg_class
     WHERE relkind = 'r' AND relnamespace = 'public'::regnamespace ORDER BY relname`)
-  t.same(rows.map(({ relname }) => relname), ['authorizations', 'clients', 'grants', 'migrations', 'permission_changes', 'permissions', 'resources'])
+  t.same(rows.map(({ relname }) => relname), ['authorizations', 'clients', 'grants', 'migrations', 'permission_changes', 'permission_changes_pruned', 'permissions', 'resources'])
   const migrations = await pools[0].query('SELECT name, count(*)::int AS n FROM migrations GROUP BY name ORDER BY name')
   t.ok(migrations.rows.length > 0)
   for (const { name, n } of migrations.rows) t.equal(n, 1, `${name} recorded once`)

@@ -6,8 +6,8 @@ import { listPermissionChanges } from '../../../db/queries/history.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { problems } from '../../problems.js'
-import { consistencyTokenOf, sendConsistencyToken } from './consistency.js'
-import { collectionUrl } from './links.js'
+import { consistencyTokenOf, sendConsistencyToken } from '../consistency.js'
+import { collectionUrl } from '../links.js'
 
 type History = Operations['listPermissionChanges']
 const { url, schema, config } = operations.listPermissionChanges

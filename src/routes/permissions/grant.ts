@@ -5,7 +5,7 @@ import { grantPermissions } from '../../../db/queries/change.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { changeOf, changeStatementOptions, sendChanged } from './change.js'
-import { sendConsistencyToken } from './consistency.js'
+import { sendConsistencyToken } from '../consistency.js'
 import { assertChangeApplies } from './target.js'
 
 type Grant = Operations['grantClientPermissions']

@@ -2,7 +2,7 @@
 // clients. Sent back, it asks for a state at least as new: a replica that has replayed it, or the
 // primary. Only with replicas (DATABASE_REPLICA_URLS): without, there is one state to read.
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { parseLsn } from '../../../db/lsn.js'
+import { parseLsn } from '../../db/lsn.js'
 
 export const CONSISTENCY_TOKEN = 'consistency-token'
 

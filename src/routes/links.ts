@@ -1,4 +1,5 @@
-// RFC 8288 Link header for the pages of a list, with absolute URLs that keep limit and sort_by.
+// RFC 8288 Link headers: the pages of a list (absolute URLs that keep limit and sort_by), the
+// feed's next poll.
 import type { FastifyRequest } from 'fastify'
 
 export interface PageRequest { limit: number, page: number, sortBy: string, total: number }
@@ -11,14 +12,18 @@ const plainHost = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=%]+|\[[0-9A-Fa-f:.]+\])(?::\d{1
 // the gateway appends rather than replaces: only http and https are schemes of this service.
 const webScheme = /^https?$/i
 
+/** A path of this service, absolute when the request's scheme and host are sane. */
+export function siteUrl (request: FastifyRequest, path: string): string {
+  const { protocol, host } = request
+  return webScheme.test(protocol) && plainHost.test(host) ? `${protocol.toLowerCase()}://${host}${path}` : path
+}
+
 /**
  * The URL of the collection: the path rebuilt from the decoded ids (so nothing from the raw request
  * line is copied into the header), absolute when the scheme and the host are sane.
  */
 export function collectionUrl (request: FastifyRequest, resourceId: string, clientId: string, collection = 'permissions'): string {
-  const path = `/resources/${encodeURIComponent(resourceId)}/authorized_clients/${encodeURIComponent(clientId)}/${collection}`
-  const { protocol, host } = request
-  return webScheme.test(protocol) && plainHost.test(host) ? `${protocol.toLowerCase()}://${host}${path}` : path
+  return siteUrl(request, `/resources/${encodeURIComponent(resourceId)}/authorized_clients/${encodeURIComponent(clientId)}/${collection}`)
 }
 
 /**

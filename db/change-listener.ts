@@ -1,0 +1,84 @@
+// One LISTEN connection per instance on the channel the history announces changes on (migration
+// 0007's trigger, whoever the writer). A notification only says "something changed": readers read
+// the table, which alone decides what is final. A lost connection is made again after a pause that
+// grows to maxRetryMs; 'listening' is emitted on each new one, since changes committed while none
+// listened were announced to nobody.
+import { EventEmitter } from 'node:events'
+import pg from 'pg'
+
+export const CHANGES_CHANNEL = 'permission_changes'
+
+export interface ChangeListenerOptions {
+  connectionString: string
+  retryMs?: number
+  maxRetryMs?: number
+}
+
+export class ChangeListener extends EventEmitter<{ change: [], listening: [], lost: [Error] }> {
+  readonly #connectionString: string
+  readonly #minRetryMs: number
+  readonly #maxRetryMs: number
+  #retryMs: number
+  #client: pg.Client | undefined
+  #retry: NodeJS.Timeout | undefined
+  #closed = false
+
+  constructor ({ connectionString, retryMs = 500, maxRetryMs = 10_000 }: ChangeListenerOptions) {
+    super()
+    this.#connectionString = connectionString
+    this.#minRetryMs = this.#retryMs = retryMs
+    this.#maxRetryMs = maxRetryMs
+  }
+
+  /** Whether the connection is up and listening. */
+  get listening (): boolean {
+    return this.#client !== undefined
+  }
+
+  start (): void {
+    if (!this.#closed && this.#client === undefined && this.#retry === undefined) this.#connect()
+  }
+
+  async close (): Promise<void> {
+    this.#closed = true
+    clearTimeout(this.#retry)
+    const client = this.#client
+    this.#client = undefined
+    await client?.end().catch(() => {})
+  }
+
+  async #connect (): Promise<void> {
+    this.#retry = undefined
+    // keepAlive: a connection cut without a word (a partition) is noticed by TCP, not never.
+    const client = new pg.Client({ connectionString: this.#connectionString, keepAlive: true })
+    let lost = false
+    const lose = (error: Error) => {
+      if (lost) return
+      lost = true
+      if (this.#client === client) this.#client = undefined
+      client.end().catch(() => {})
+      if (this.#closed) return
+      this.emit('lost', error)
+      this.#retry = setTimeout(() => { this.#connect() }, this.#retryMs).unref()
+      this.#retryMs = Math.min(this.#retryMs * 2, this.#maxRetryMs)
+    }
+    client.on('error', lose)
+    client.on('end', () => lose(new Error('the listening connection ended')))
+    client.on('notification', ({ channel }) => { if (channel === CHANGES_CHANNEL) this.emit('change') })
+    try {
+      await client.connect()
+      await client.query(`LISTEN ${CHANGES_CHANNEL}`)
+    } catch (error) {
+      lose(error as Error)
+      return
+    }
+    if (lost) return
+    if (this.#closed) {
+      await client.end().catch(() => {})
+      return
+    }
+    this.#client = client
+    this.#retryMs = this.#minRetryMs
+    this.emit('listening')
+  }
+}

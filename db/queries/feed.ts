@@ -1,0 +1,106 @@
+// The change feed: every recorded change across resources, oldest first, in an order no reader can
+// miss (migration 0007, docs/change-feed.md). A read returns only changes below the horizon, the
+// first id a transaction still running could yet commit; everything below it is final.
+import { positionColumn } from '../lsn.js'
+import type { PermissionChange } from './history.js'
+import { type Queryable, type StatementOptions, statement } from './statement.js'
+
+export interface FeedChange extends PermissionChange {
+  resourceId: string
+  clientId: string
+}
+
+export interface FeedInput {
+  /** Only changes after this one (exclusive); undefined: from the oldest kept. */
+  after?: string
+  limit: number
+  /** Only changes of this resource. */
+  resourceId?: string
+}
+
+export interface FeedPage {
+  changes: FeedChange[]
+  /**
+   * The horizon: every change with a smaller id that will ever be visible is visible now. A reader
+   * that has read every change below it (the page was not full) may continue from it.
+   */
+  horizon: string
+  /** Whether committed changes wait at or above the horizon, for an older transaction to end. */
+  heldBack: boolean
+  /** The largest id a prune has deleted; a cursor below it has missed changes (410). */
+  prunedThrough?: string
+  /** The WAL position of the state read, when asked for (StatementOptions.position). */
+  position?: string
+}
+
+// $1 after (or NULL), $2 limit, [$3 resource id]. The snapshot whose xmin bounds the page is the
+// statement's own (pg_current_snapshot() is the active snapshot), so the horizon and the rows read
+// agree. NULL after: from -1, below every id.
+const feedSql = (byResource: boolean, position: boolean) => `
+  WITH bounds AS MATERIALIZED (
+    SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 AS horizon,
+      (SELECT through_id FROM permission_changes_pruned) AS pruned_through${position ? ', ' + positionColumn : ''}
+  )
+  SELECT bounds.*,
+    EXISTS (SELECT 1 FROM permission_changes WHERE id >= bounds.horizon) AS held_back,
+    c.id, c.at, c.resource_id, c.client_id, c.action, c.permission_ids, c.actor_sub, c.actor_client_id, c.request_id
+  FROM bounds
+  LEFT JOIN LATERAL (
+    SELECT * FROM permission_changes
+    WHERE id > coalesce($1::bigint, -1) AND id < bounds.horizon${byResource ? ' AND resource_id = $3' : ''}
+    ORDER BY id
+    LIMIT $2::int
+  ) c ON true
+  ORDER BY c.id`
+
+const statements = new Map([false, true].flatMap((byResource) => [false, true].map((position) => [
+  `${byResource}/${position}`,
+  { name: `feed${byResource ? ' by resource' : ''}${position ? '+position' : ''}`, text: feedSql(byResource, position) }
+])))
+
+interface FeedRow {
+  horizon: string
+  pruned_through: string | null
+  held_back: boolean
+  position?: string
+  id: string | null
+  at: Date
+  resource_id: string
+  client_id: string
+  action: 'granted' | 'unauthorized'
+  permission_ids: string[]
+  actor_sub: string | null
+  actor_client_id: string | null
+  request_id: string
+}
+
+/** One page of the feed, from a cursor, up to the horizon. */
+export async function readFeed (db: Queryable, input: FeedInput, options: StatementOptions): Promise<FeedPage> {
+  const byResource = input.resourceId !== undefined
+  const { name, text } = statements.get(`${byResource}/${options.position === true}`)!
+  const values: unknown[] = [input.after ?? null, input.limit]
+  if (byResource) values.push(input.resourceId)
+  const { rows } = await db.query<FeedRow>(statement(name, text, values, options))
+  const [first] = rows
+  const changes: FeedChange[] = []
+  for (const row of rows) {
+    if (row.id === null) continue
+    changes.push({
+      id: row.id,
+      at: row.at,
+      resourceId: row.resource_id,
+      clientId: row.client_id,
+      action: row.action,
+      permissionIds: row.permission_ids,
+      actor: { ...(row.actor_sub === null ? {} : { sub: row.actor_sub }), ...(row.actor_client_id === null ? {} : { clientId: row.actor_client_id }) },
+      requestId: row.request_id
+    })
+  }
+  return {
+    changes,
+    horizon: first.horizon,
+    heldBack: first.held_back,
+    ...(first.pruned_through === null ? {} : { prunedThrough: first.pruned_through }),
+    ...(first.position === undefined ? {} : { position: first.position })
+  }
+}

@@ -1,0 +1,82 @@
+// The change feed's streams on this instance (`fastify.feed`): one LISTEN connection, opened with
+// the first stream, and one shared reader (src/feed-hub.ts), however many consumers; the count
+// bounded by FEED_MAX_STREAMS; a heartbeat to every stream each FEED_HEARTBEAT_MS; and, when the
+// server closes, every stream ended first, so that none holds the close up.
+import fp from 'fastify-plugin'
+import { ChangeListener } from '../db/change-listener.js'
+import { databaseErrorSummary } from '../db/errors.js'
+import { readFeed } from '../db/queries/feed.js'
+import { FEED_PAGE_SIZE, feedEvent } from '../src/feed-events.js'
+import { FeedHub } from '../src/feed-hub.js'
+import { problems } from '../src/problems.js'
+
+/** What the feed needs of an open stream. */
+export interface OpenStream {
+  heartbeat: () => void
+  /** Ends the stream cleanly. */
+  end: () => void
+}
+
+export interface ChangeFeed {
+  readonly hub: FeedHub
+  /** Streams open now. */
+  readonly streams: number
+  /** Counts a new stream in; throws 503 when the instance has its fill of them or is closing. */
+  admit: (stream: OpenStream) => void
+  /** Counts a stream out (closed by either side). */
+  release: (stream: OpenStream) => void
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    feed: ChangeFeed
+  }
+}
+
+export default fp(async function feed (fastify) {
+  const { config } = fastify
+  // Behind a transaction pooler a LISTEN does not stay on one server connection: the direct
+  // connection the migrations use, when given. Without one, the reader's own polling (each
+  // second) still brings every change.
+  const listener = new ChangeListener({ connectionString: config.MIGRATIONS_DATABASE_URL ?? config.DATABASE_URL! })
+  const hub = new FeedHub({
+    read: (input) => readFeed(fastify.db, input, { prepared: config.DATABASE_PREPARED_STATEMENTS }),
+    encode: feedEvent,
+    pageSize: FEED_PAGE_SIZE,
+    heldBackRetryMs: 100,
+    pollMs: 1000,
+    onError: (error) => fastify.log.warn(databaseErrorSummary(error as Error), 'change feed: reading new changes failed; trying again')
+  })
+  listener.on('change', () => hub.wake())
+  listener.on('listening', () => hub.wake())
+  listener.on('lost', (error) => fastify.log.warn(databaseErrorSummary(error), 'change feed: listening connection lost; polling until it is back'))
+
+  const streams = new Set<OpenStream>()
+  let closing = false
+  const heartbeat = setInterval(() => { for (const stream of streams) stream.heartbeat() }, config.FEED_HEARTBEAT_MS).unref()
+
+  fastify.decorate('feed', {
+    hub,
+    get streams () { return streams.size },
+    admit (stream: OpenStream) {
+      if (closing) throw problems.shuttingDown()
+      if (streams.size >= config.FEED_MAX_STREAMS) throw problems.tooManyStreams(config.FEED_MAX_STREAMS)
+      streams.add(stream)
+      listener.start()
+    },
+    release (stream: OpenStream) {
+      streams.delete(stream)
+    }
+  })
+
+  // Before the server stops taking connections and waits for those open: a stream would never end.
+  fastify.addHook('preClose', async () => {
+    closing = true
+    for (const stream of streams) stream.end()
+  })
+  fastify.addHook('onClose', async () => {
+    clearInterval(heartbeat)
+    hub.close()
+    await listener.close()
+  })
+}, { name: 'feed', dependencies: ['db', 'env'] })

@@ -1,0 +1,166 @@
+// The change feed's streams on one instance share one reader: whatever the number of consumers, a
+// change costs one read of the table and one encoding, written to each. A new stream first catches
+// up from its own cursor with reads of its own, at its own pace, then joins the shared reader.
+//
+// The invariant: every live subscriber has been given every change (of its resource) up to its
+// `after`, and the shared reader reads from `#after`, which is never above any live subscriber's.
+// So a change read once reaches every live subscriber exactly once, and none is skipped. What is
+// final comes from the table alone (db/queries/feed.ts: the horizon); notifications only wake it.
+import type { FeedChange, FeedInput, FeedPage } from '../db/queries/feed.js'
+
+/** A change encoded once, for every subscriber it goes to. */
+export interface EncodedChange { id: bigint, resourceId: string, bytes: Buffer }
+
+export interface FeedSubscriber {
+  readonly resourceId?: string
+  /** Every change (of its resource) with an id up to this one has been given to it; -1n: none yet. */
+  after: bigint
+  readonly closed: boolean
+  /** Writes the changes, in order. May close the subscriber (a consumer too slow to keep up). */
+  write: (changes: readonly EncodedChange[]) => void
+  /** Resolves when the consumer has room for more (or the subscriber closed). */
+  room: () => Promise<void>
+}
+
+export interface FeedHubOptions {
+  read: (input: FeedInput) => Promise<FeedPage>
+  encode: (change: FeedChange) => Buffer
+  /** Changes per read. */
+  pageSize: number
+  /** While changes wait behind an older transaction, how soon to look again (doubling to pollMs). */
+  heldBackRetryMs: number
+  /** A read at least this often while anyone listens: a notification lost (a listening connection down) delays a change by no more. */
+  pollMs: number
+  onError: (error: unknown) => void
+}
+
+const after = (id: bigint) => id < 0n ? undefined : String(id)
+
+export class FeedHub {
+  readonly #options: FeedHubOptions
+  readonly #live = new Set<FeedSubscriber>()
+  /** Where the shared reader reads from; undefined while nobody is live. */
+  #after: bigint | undefined
+  #reading = false
+  #again = false
+  #retryMs: number
+  #retry: NodeJS.Timeout | undefined
+  readonly #poll: NodeJS.Timeout
+
+  constructor (options: FeedHubOptions) {
+    this.#options = options
+    this.#retryMs = options.heldBackRetryMs
+    this.#poll = setInterval(() => this.wake(), options.pollMs).unref()
+  }
+
+  /** Subscribers following the shared reader. */
+  get liveCount (): number {
+    return this.#live.size
+  }
+
+  encode (changes: readonly FeedChange[]): EncodedChange[] {
+    return changes.map((change) => ({ id: BigInt(change.id), resourceId: change.resourceId, bytes: this.#options.encode(change) }))
+  }
+
+  /**
+   * Gives a subscriber the page already read for it, catches it up from there, then makes it live.
+   * Resolves once it is live or closed; rejects when a read fails (the subscriber should close).
+   */
+  async follow (subscriber: FeedSubscriber, page: FeedPage): Promise<void> {
+    for (;;) {
+      this.#deliver(subscriber, this.encode(page.changes), this.#readThrough(page))
+      if (subscriber.closed) return
+      // Everything up to the subscriber's cursor given, and the shared reader no further along:
+      // from here the shared reader's changes are all it needs.
+      if (page.changes.length < this.#options.pageSize && (this.#after === undefined || subscriber.after >= this.#after)) {
+        this.#after ??= subscriber.after
+        this.#live.add(subscriber)
+        // A notification that came while nobody was live woke nothing.
+        this.wake()
+        return
+      }
+      await subscriber.room()
+      if (subscriber.closed) return
+      page = await this.#options.read({ after: after(subscriber.after), limit: this.#options.pageSize, resourceId: subscriber.resourceId })
+      if (subscriber.closed) return
+    }
+  }
+
+  unfollow (subscriber: FeedSubscriber): void {
+    this.#live.delete(subscriber)
+    if (this.#live.size === 0) this.#after = undefined
+  }
+
+  /** Something may have changed (a notification, a timer): read, unless a read is under way. */
+  wake (): void {
+    if (this.#live.size === 0) return
+    if (this.#reading) {
+      this.#again = true
+      return
+    }
+    this.#readLoop()
+  }
+
+  close (): void {
+    clearInterval(this.#poll)
+    clearTimeout(this.#retry)
+    this.#live.clear()
+    this.#after = undefined
+  }
+
+  async #readLoop (): Promise<void> {
+    this.#reading = true
+    clearTimeout(this.#retry)
+    this.#retry = undefined
+    try {
+      do {
+        this.#again = false
+        const page = await this.#options.read({ after: after(this.#after!), limit: this.#options.pageSize })
+        const through = this.#readThrough(page)
+        const changes = this.encode(page.changes)
+        for (const subscriber of this.#live) {
+          this.#deliver(subscriber, changes, through)
+          if (subscriber.closed) this.#live.delete(subscriber)
+        }
+        if (this.#live.size === 0) {
+          this.#after = undefined
+          return
+        }
+        if (this.#after === undefined || through > this.#after) this.#after = through
+        if (page.changes.length === this.#options.pageSize) this.#again = true
+        else if (page.heldBack) this.#retryLater()
+        else this.#retryMs = this.#options.heldBackRetryMs
+      } while (this.#again)
+    } catch (error) {
+      this.#options.onError(error)
+      this.#retryLater()
+    } finally {
+      this.#reading = false
+    }
+  }
+
+  // Looks again soon, then less often: a change held back waits for a transaction that may
+  // announce nothing when it ends (it may have written elsewhere), and a failed read for a
+  // database that may take a while to return.
+  #retryLater (): void {
+    if (this.#retry !== undefined) return
+    this.#retry = setTimeout(() => {
+      this.#retry = undefined
+      this.wake()
+    }, this.#retryMs).unref()
+    this.#retryMs = Math.min(this.#retryMs * 2, this.#options.pollMs)
+  }
+
+  // How far a page has been read: to its last change when full (more may follow), else to just
+  // below the horizon (every change below it is final, and was on the page or before it).
+  #readThrough (page: FeedPage): bigint {
+    return page.changes.length === this.#options.pageSize ? BigInt(page.changes.at(-1)!.id) : BigInt(page.horizon) - 1n
+  }
+
+  #deliver (subscriber: FeedSubscriber, changes: readonly EncodedChange[], through: bigint): void {
+    const { after: cursor, resourceId } = subscriber
+    const due = changes.filter((change) => change.id > cursor && (resourceId === undefined || change.resourceId === resourceId))
+    if (due.length > 0) subscriber.write(due)
+    if (through > subscriber.after) subscriber.after = through
+  }
+}

@@ -1,0 +1,42 @@
+// GET /permission_changes: the change feed, every recorded change across resources, oldest first,
+// in an order no reader can miss (db/queries/feed.ts). Polled (a page, JSON) or streamed
+// (Server-Sent Events, ./stream.ts), chosen by Accept.
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import Negotiator from 'negotiator'
+import { readFeed } from '../../../db/queries/feed.js'
+import { feedEntry } from '../../feed-events.js'
+import type { operations as Operations } from '../../generated/openapi.js'
+import { operations } from '../../generated/operations.js'
+import { consistencyTokenOf, sendConsistencyToken } from '../consistency.js'
+import { siteUrl } from '../links.js'
+import { assertNotPruned } from './pruned.js'
+import { streamFeed } from './stream.js'
+
+type Feed = Operations['listAllPermissionChanges']
+type Query = NonNullable<Feed['parameters']['query']> & { limit: number }
+const { url, schema, config } = operations.listAllPermissionChanges
+
+const EVENT_STREAM = 'text/event-stream'
+const mediaTypes = ['application/json', EVENT_STREAM]
+
+const wantsStream = (request: FastifyRequest) =>
+  request.method === 'GET' && new Negotiator(request).mediaType(mediaTypes) === EVENT_STREAM
+
+export default async function changeFeed (fastify: FastifyInstance) {
+  fastify.get<{ Querystring: Query, Headers: Feed['parameters']['header'], Reply: Feed['responses'][200]['content']['application/json'] }>(url, { schema, config }, async (request, reply) => {
+    const { after: afterParameter, limit, resource_id: resourceId } = request.query
+    if (wantsStream(request)) {
+      const after = request.headers['last-event-id'] ?? afterParameter
+      return streamFeed(fastify, request, reply, { after, resourceId })
+    }
+    const page = await fastify.read((db, position) => readFeed(db, { after: afterParameter, limit, resourceId },
+      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, position }), { after: consistencyTokenOf(request) })
+    sendConsistencyToken(reply, page.position)
+    assertNotPruned(afterParameter, page)
+    // Always a next link: an empty page is polled again from the same place.
+    const next = page.changes.at(-1)?.id ?? afterParameter
+    const query = new URLSearchParams({ ...(next === undefined ? {} : { after: next }), limit: String(limit), ...(resourceId === undefined ? {} : { resource_id: resourceId }) })
+    reply.header('link', `<${siteUrl(request, '/permission_changes')}?${query.toString()}>; rel="next"`)
+    return page.changes.map(feedEntry)
+  })
+}

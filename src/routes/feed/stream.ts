@@ -1,0 +1,121 @@
+// The change feed as Server-Sent Events. The stream's first page is read before anything is sent,
+// so a pruned cursor still gets its 410, then it is caught up and kept live by the shared reader
+// (src/feed-hub.ts). What waits for a consumer is bounded: past FEED_STREAM_BUFFER_BYTES it is
+// disconnected, and resumes with Last-Event-ID where it stopped.
+import { once } from 'node:events'
+import type { ServerResponse } from 'node:http'
+import { Readable } from 'node:stream'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { readFeed } from '../../../db/queries/feed.js'
+import { FEED_PAGE_SIZE, HEARTBEAT, RECONNECT_AFTER } from '../../feed-events.js'
+import type { EncodedChange, FeedSubscriber } from '../../feed-hub.js'
+import type { OpenStream } from '../../../plugins/feed.js'
+import { assertNotPruned } from './pruned.js'
+
+class EventStream implements FeedSubscriber, OpenStream {
+  // Its buffer is what waits for the consumer beyond the socket's own (Fastify pipes it).
+  readonly body = new Readable({ read () {} })
+  after: bigint
+  closed = false
+  readonly #closed: Promise<void>
+  #markClosed!: () => void
+
+  constructor (
+    readonly resourceId: string | undefined,
+    after: string | undefined,
+    private readonly response: ServerResponse,
+    private readonly bufferBytes: number,
+    private readonly onTooSlow: () => void
+  ) {
+    this.after = after === undefined ? -1n : BigInt(after)
+    this.#closed = new Promise((resolve) => { this.#markClosed = resolve })
+  }
+
+  /** Bytes written for the consumer and not yet taken by it (beyond the kernel's socket buffer). */
+  get waiting (): number {
+    return this.body.readableLength + this.response.writableLength
+  }
+
+  write (changes: readonly EncodedChange[]): void {
+    for (const { bytes } of changes) this.#push(bytes)
+  }
+
+  heartbeat (): void {
+    this.#push(HEARTBEAT)
+  }
+
+  start (): void {
+    this.#push(RECONNECT_AFTER)
+  }
+
+  /** Resolves once the consumer has taken at least half of what waits for it, or the stream closed. */
+  async room (): Promise<void> {
+    while (!this.closed && this.waiting > this.bufferBytes / 2) {
+      await Promise.race([once(this.response, 'drain'), this.#closed])
+    }
+  }
+
+  end (): void {
+    if (this.closed) return
+    this.#close()
+    this.body.push(null)
+  }
+
+  /** The other side went away, or the stream was ended: nothing more is written. */
+  #close (): void {
+    this.closed = true
+    this.#markClosed()
+  }
+
+  // A consumer too slow to take what is written is cut off rather than buffered for without bound.
+  #push (bytes: Buffer): void {
+    if (this.closed) return
+    this.body.push(bytes)
+    if (this.waiting > this.bufferBytes) {
+      this.#close()
+      this.onTooSlow()
+      this.response.destroy()
+    }
+  }
+
+  closedByPeer (): void {
+    this.#close()
+  }
+}
+
+export interface StreamRequest {
+  /** Changes after this id; Last-Event-ID when given, else `after`. */
+  after?: string
+  resourceId?: string
+}
+
+/** Answers a feed request with a stream of its changes, from its cursor on. */
+export async function streamFeed (fastify: FastifyInstance, request: FastifyRequest, reply: FastifyReply, { after, resourceId }: StreamRequest) {
+  const { feed, config } = fastify
+  const stream = new EventStream(resourceId, after, reply.raw, config.FEED_STREAM_BUFFER_BYTES,
+    () => request.log.info({ after: String(stream.after), bufferBytes: config.FEED_STREAM_BUFFER_BYTES }, 'change feed: consumer too slow, disconnected'))
+  feed.admit(stream)
+  let page
+  try {
+    page = await readFeed(fastify.db, { after, limit: FEED_PAGE_SIZE, resourceId }, { prepared: config.DATABASE_PREPARED_STATEMENTS })
+    assertNotPruned(after, page)
+  } catch (error) {
+    feed.release(stream)
+    throw error
+  }
+  reply.raw.once('close', () => {
+    stream.closedByPeer()
+    feed.hub.unfollow(stream)
+    feed.release(stream)
+  })
+  stream.start()
+  feed.hub.follow(stream, page).catch((error: unknown) => {
+    request.log.warn({ err: error }, 'change feed: catching a stream up failed; ending it (the consumer resumes with Last-Event-ID)')
+    stream.end()
+  })
+  reply.header('content-type', 'text/event-stream; charset=utf-8')
+    // Every event is new: nothing on the way may keep or hold it back.
+    .header('cache-control', 'no-store')
+    .header('x-accel-buffering', 'no')
+  return reply.send(stream.body)
+}
