@@ -21,6 +21,10 @@ export interface ChangeFeed {
   readonly hub: FeedHub
   /** Streams open now. */
   readonly streams: number
+  /** Streams cut since the start because their consumer read too slowly. */
+  readonly cut: number
+  /** Counts a stream cut for its consumer's slowness. */
+  tooSlow: () => void
   /** Counts a new stream in; throws 503 when the instance has its fill of them or is closing. */
   admit: (stream: OpenStream) => void
   /** Counts a stream out (closed by either side). */
@@ -52,12 +56,15 @@ export default fp(async function feed (fastify) {
   listener.on('lost', (error) => fastify.log.warn(databaseErrorSummary(error), 'change feed: listening connection lost; polling until it is back'))
 
   const streams = new Set<OpenStream>()
+  let cut = 0
   let closing = false
   const heartbeat = setInterval(() => { for (const stream of streams) stream.heartbeat() }, config.FEED_HEARTBEAT_MS).unref()
 
   fastify.decorate('feed', {
     hub,
     get streams () { return streams.size },
+    get cut () { return cut },
+    tooSlow () { cut++ },
     admit (stream: OpenStream) {
       if (closing) throw problems.shuttingDown()
       if (streams.size >= config.FEED_MAX_STREAMS) throw problems.tooManyStreams(config.FEED_MAX_STREAMS)

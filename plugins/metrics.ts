@@ -64,19 +64,32 @@ export default fp(async function metrics (fastify) {
   const shed = new client.Counter({
     name: 'requests_shed_total',
     help: 'Requests answered 503 overloaded, by reason: event_loop (lag), connection_wait (no pooled ' +
-      'connection free in time), statement_timeout (the database cancelled a statement)',
+      'connection free in time), statement_timeout (the database cancelled a statement), feed_streams ' +
+      '(FEED_MAX_STREAMS change feed streams open already)',
     labelNames: ['reason']
   })
-  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) shed.inc({ reason }, 0)
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout', 'feed_streams']) shed.inc({ reason }, 0)
   fastify.addHook('onError', async (_request, _reply, error) => {
     const overload = overloadReasonOf(error)
     if (overload) shed.inc({ reason: overload })
     // under-pressure throws the problem itself when the event loop lags.
-    else if (error instanceof Problem && error.type === OVERLOADED) shed.inc({ reason: 'event_loop' })
+    else if (error instanceof Problem && error.type === OVERLOADED) shed.inc({ reason: error.shedReason ?? 'event_loop' })
     else if (isDatabaseUnavailable(error)) databaseErrors.inc({ kind: 'unavailable' })
     else if (error instanceof pg.DatabaseError) databaseErrors.inc({ kind: 'query' })
   })
   pool.on('error', () => databaseErrors.inc({ kind: 'idle_connection' }))
+  const { feed } = fastify
+  new client.Gauge({ // eslint-disable-line no-new
+    name: 'feed_streams',
+    help: 'Change feed streams (GET /permission_changes, text/event-stream) open on this instance',
+    collect () { this.set(feed.streams) }
+  })
+  new client.Gauge({ // eslint-disable-line no-new
+    name: 'feed_streams_cut',
+    help: 'Change feed streams cut since the start because their consumer read too slowly (FEED_STREAM_BUFFER_BYTES)',
+    collect () { this.set(feed.cut) }
+  })
+
   const { replicas } = fastify
   if (replicas) {
     const reads = new client.Counter({ name: 'db_reads_total', help: 'Reads by where they were answered: primary, replica-1...', labelNames: ['target'] })
@@ -123,4 +136,4 @@ export default fp(async function metrics (fastify) {
     fastify.log.info({ address: metricsServer.addresses()[0] }, 'metrics listening')
   })
   fastify.addHook('onClose', async () => { await metricsServer?.close() })
-}, { name: 'metrics', dependencies: ['env', 'db'] })
+}, { name: 'metrics', dependencies: ['env', 'db', 'feed'] })

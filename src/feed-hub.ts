@@ -16,8 +16,12 @@ export interface FeedSubscriber {
   /** Every change (of its resource) with an id up to this one has been given to it; -1n: none yet. */
   after: bigint
   readonly closed: boolean
-  /** Writes the changes, in order. May close the subscriber (a consumer too slow to keep up). */
-  write: (changes: readonly EncodedChange[]) => void
+  /**
+   * Writes the changes, in order. Live (from the shared reader, which waits for nobody), it may
+   * close the subscriber instead, when its consumer has not kept up; catching up, it waits for
+   * room before the next read.
+   */
+  write: (changes: readonly EncodedChange[], live: boolean) => void
   /** Resolves when the consumer has room for more (or the subscriber closed). */
   room: () => Promise<void>
 }
@@ -68,7 +72,7 @@ export class FeedHub {
    */
   async follow (subscriber: FeedSubscriber, page: FeedPage): Promise<void> {
     for (;;) {
-      this.#deliver(subscriber, this.encode(page.changes), this.#readThrough(page))
+      this.#deliver(subscriber, this.encode(page.changes), this.#readThrough(page), false)
       if (subscriber.closed) return
       // Everything up to the subscriber's cursor given, and the shared reader no further along:
       // from here the shared reader's changes are all it needs.
@@ -119,7 +123,7 @@ export class FeedHub {
         const through = this.#readThrough(page)
         const changes = this.encode(page.changes)
         for (const subscriber of this.#live) {
-          this.#deliver(subscriber, changes, through)
+          this.#deliver(subscriber, changes, through, true)
           if (subscriber.closed) this.#live.delete(subscriber)
         }
         if (this.#live.size === 0) {
@@ -157,10 +161,10 @@ export class FeedHub {
     return page.changes.length === this.#options.pageSize ? BigInt(page.changes.at(-1)!.id) : BigInt(page.horizon) - 1n
   }
 
-  #deliver (subscriber: FeedSubscriber, changes: readonly EncodedChange[], through: bigint): void {
+  #deliver (subscriber: FeedSubscriber, changes: readonly EncodedChange[], through: bigint, live: boolean): void {
     const { after: cursor, resourceId } = subscriber
     const due = changes.filter((change) => change.id > cursor && (resourceId === undefined || change.resourceId === resourceId))
-    if (due.length > 0) subscriber.write(due)
+    if (due.length > 0) subscriber.write(due, live)
     if (through > subscriber.after) subscriber.after = through
   }
 }

@@ -20,6 +20,8 @@ export class Problem extends Error {
   readonly title: string
   readonly extensions: Record<string, unknown>
   readonly headers: Record<string, string>
+  /** Why a 503 overloaded was answered, for the metrics (requests_shed_total); never sent. */
+  readonly shedReason?: string
 
   constructor (init: {
     status: number
@@ -28,6 +30,7 @@ export class Problem extends Error {
     detail: string
     extensions?: Record<string, unknown>
     headers?: Record<string, string>
+    shedReason?: string
   }) {
     super(init.detail)
     this.status = init.status
@@ -36,6 +39,7 @@ export class Problem extends Error {
     this.title = init.title ?? statusPhrase(init.status)
     this.extensions = init.extensions ?? {}
     this.headers = init.headers ?? {}
+    this.shedReason = init.shedReason
   }
 
   toJSON (): Record<string, unknown> {
@@ -121,7 +125,8 @@ export const problems = {
     type: OVERLOADED,
     title: 'Overloaded',
     detail: `This replica already streams the change feed to ${max} consumers. Retry in ${RETRY_AFTER_SECONDS} seconds, or poll.`,
-    headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
+    headers: { 'retry-after': String(RETRY_AFTER_SECONDS) },
+    shedReason: 'feed_streams'
   }),
   routeNotFound: () => new Problem({ status: 404, detail: 'There is nothing at this URL.' }),
   methodNotAllowed: (method: string, allowed: string[]) => new Problem({

@@ -1,7 +1,9 @@
 // The change feed as Server-Sent Events. The stream's first page is read before anything is sent,
 // so a pruned cursor still gets its 410, then it is caught up and kept live by the shared reader
-// (src/feed-hub.ts). What waits for a consumer is bounded: past FEED_STREAM_BUFFER_BYTES it is
-// disconnected, and resumes with Last-Event-ID where it stopped.
+// (src/feed-hub.ts). What waits for a consumer is bounded: a consumer that still has more than
+// FEED_STREAM_BUFFER_BYTES to read when more is to be written (one more page of the shared reader,
+// a heartbeat) is disconnected, and resumes with Last-Event-ID where it stopped. Catching up, a
+// stream is never cut: it reads its next page once its consumer has taken the last.
 import { once } from 'node:events'
 import type { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
@@ -36,12 +38,13 @@ class EventStream implements FeedSubscriber, OpenStream {
     return this.body.readableLength + this.response.writableLength
   }
 
-  write (changes: readonly EncodedChange[]): void {
+  write (changes: readonly EncodedChange[], live: boolean): void {
+    if (live && this.#fallenBehind()) return
     for (const { bytes } of changes) this.#push(bytes)
   }
 
   heartbeat (): void {
-    this.#push(HEARTBEAT)
+    if (!this.#fallenBehind()) this.#push(HEARTBEAT)
   }
 
   start (): void {
@@ -67,15 +70,19 @@ class EventStream implements FeedSubscriber, OpenStream {
     this.#markClosed()
   }
 
-  // A consumer too slow to take what is written is cut off rather than buffered for without bound.
   #push (bytes: Buffer): void {
-    if (this.closed) return
-    this.body.push(bytes)
-    if (this.waiting > this.bufferBytes) {
-      this.#close()
-      this.onTooSlow()
-      this.response.destroy()
-    }
+    if (!this.closed) this.body.push(bytes)
+  }
+
+  // A consumer too slow to take what is written is cut off rather than buffered for without bound:
+  // what waits for it is at most the bound plus one write.
+  #fallenBehind (): boolean {
+    if (this.closed) return true
+    if (this.waiting <= this.bufferBytes) return false
+    this.#close()
+    this.onTooSlow()
+    this.response.destroy()
+    return true
   }
 
   closedByPeer (): void {
@@ -93,8 +100,17 @@ export interface StreamRequest {
 export async function streamFeed (fastify: FastifyInstance, request: FastifyRequest, reply: FastifyReply, { after, resourceId }: StreamRequest) {
   const { feed, config } = fastify
   const stream = new EventStream(resourceId, after, reply.raw, config.FEED_STREAM_BUFFER_BYTES,
-    () => request.log.info({ after: String(stream.after), bufferBytes: config.FEED_STREAM_BUFFER_BYTES }, 'change feed: consumer too slow, disconnected'))
+    () => {
+      feed.tooSlow()
+      request.log.info({ after: String(stream.after), bufferBytes: config.FEED_STREAM_BUFFER_BYTES }, 'change feed: consumer too slow, disconnected')
+    })
   feed.admit(stream)
+  // Before anything is awaited: a consumer gone during the first read is counted out too.
+  reply.raw.once('close', () => {
+    stream.closedByPeer()
+    feed.hub.unfollow(stream)
+    feed.release(stream)
+  })
   let page
   try {
     page = await readFeed(fastify.db, { after, limit: FEED_PAGE_SIZE, resourceId }, { prepared: config.DATABASE_PREPARED_STATEMENTS })
@@ -103,11 +119,6 @@ export async function streamFeed (fastify: FastifyInstance, request: FastifyRequ
     feed.release(stream)
     throw error
   }
-  reply.raw.once('close', () => {
-    stream.closedByPeer()
-    feed.hub.unfollow(stream)
-    feed.release(stream)
-  })
   stream.start()
   feed.hub.follow(stream, page).catch((error: unknown) => {
     request.log.warn({ err: error }, 'change feed: catching a stream up failed; ending it (the consumer resumes with Last-Event-ID)')
