@@ -42,7 +42,9 @@ const feedSql = (byResource: boolean, position: boolean) => `
       (SELECT through_id FROM permission_changes_pruned) AS pruned_through${position ? ', ' + positionColumn : ''}
   )
   SELECT bounds.*,
-    EXISTS (SELECT 1 FROM permission_changes WHERE id >= bounds.horizon) AS held_back,
+    -- The newest id, once per statement (the primary key's last entry): an EXISTS on id >= horizon
+    -- here ran once per row of the page, each planned as a scan of the whole table.
+    coalesce((SELECT max(id) FROM permission_changes) >= bounds.horizon, false) AS held_back,
     c.id, c.at, c.resource_id, c.client_id, c.action, c.permission_ids, c.actor_sub, c.actor_client_id, c.request_id
   FROM bounds
   LEFT JOIN LATERAL (
