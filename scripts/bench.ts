@@ -7,8 +7,12 @@
 //   BENCH_SCALES   grants in the database, comma-separated (default 10000,1000000,10000000)
 //   BENCH_SECONDS  seconds per measurement (default 5), after a 1 s warm-up
 //   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0", "overload",
-//                  "replica": page 0 through a streaming replica and through the primary, scripts/bench/replica.ts)
+//                  "replica": page 0 through a streaming replica and through the primary, scripts/bench/replica.ts;
+//                  "feed": the change feed polled and streamed, scripts/bench/feed-polling.ts and feed-fanout.ts)
 //   BENCH_ROUNDS   rounds of the replica scenario (default 5)
+//   BENCH_FEED_CHANGES  the history the feed is polled from (default 50000)
+//   BENCH_FEED_STREAMS, BENCH_FEED_RATE, BENCH_FEED_SECONDS  the fan-out: streams open (default 100),
+//                  changes per second (20) for seconds (10)
 //   BENCH_REPLICA_BASELINE  a git revision: the replica scenario measures its build too, without replicas
 //   DATABASE_CONNECTION_WAIT_MS  passed to the service; the overload scenario checks shed answers against it
 //   BENCH_OVERLOAD_CONNECTIONS   the overload scenario's saturating count, given ("8", "name.asc=4,id.desc=8")
@@ -34,6 +38,8 @@ import { migrationsDir, projectRoot } from '../src/project-root.js'
 import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, scaleOf, SMALL_CLIENT, type Scale } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
 import { connectionWaitOf, givenConnections, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
+import { FEED_FANOUT_SCENARIO, feedFanoutSummary, measureFeedFanout, type FeedFanoutReport } from './bench/feed-fanout.js'
+import { FEED_POLLING_SCENARIO, feedPollingSummary, measureFeedPolling, type FeedPollingReport } from './bench/feed-polling.js'
 import type { CeilingPages } from './bench/http-ceiling.js'
 import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
 import { summarizeProfile } from './bench/profile.js'
@@ -50,6 +56,10 @@ const PROFILE = Boolean(process.env.BENCH_PROFILE)
 const OVERLOAD_CONNECTIONS = givenConnections(process.env.BENCH_OVERLOAD_CONNECTIONS)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
 const REPLICA_BASELINE = process.env.BENCH_REPLICA_BASELINE
+const FEED_CHANGES = Number(process.env.BENCH_FEED_CHANGES ?? 50_000)
+const FEED_STREAMS = Number(process.env.BENCH_FEED_STREAMS ?? 100)
+const FEED_RATE = Number(process.env.BENCH_FEED_RATE ?? 20)
+const FEED_SECONDS = Number(process.env.BENCH_FEED_SECONDS ?? 10)
 const selected = (scenario: string) => scenario.includes(ONLY)
 const reportFolder = join(projectRoot, 'reports', 'bench')
 
@@ -461,6 +471,18 @@ try {
   service.pid = serviceProcess.pid!
   const rssTimer = watchRss(service.pid)
 
+  // The feed, on data of its own, before the table scenarios: the overload scenario, last, leaves
+  // the service working off requests.
+  const log = (line: string) => console.error(line)
+  const feedPolling: FeedPollingReport | undefined = selected(FEED_POLLING_SCENARIO)
+    ? await measureFeedPolling({ db, serviceUrl: service.url, headers: readHeaders, changes: FEED_CHANGES, connections: CONNECTIONS, seconds: SECONDS, load, databaseCeiling, log })
+    : undefined
+  const feedFanout: FeedFanoutReport | undefined = selected(FEED_FANOUT_SCENARIO)
+    ? await measureFeedFanout({
+      db, serviceUrl: service.url, servicePid: service.pid, readHeaders, grantHeaders, streams: FEED_STREAMS, rate: FEED_RATE, seconds: FEED_SECONDS, log
+    })
+    : undefined
+
   // No scale is loaded for a run of the replica scenario alone.
   const tableScenarios = [
     ...listScenarios.map(({ name }) => name), ...DELETE_BATCH_SIZES.flatMap((size) => [`DELETE ${size} ids`, `POST ${size} ids`]),
@@ -521,13 +543,17 @@ try {
     serviceRssPeakMiB: Math.round(rssPeak / 2 ** 20),
     rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) })),
     overload: overload && { ...overload, markdown: overloadSummary(overload) },
-    replica: replica && { ...replica, markdown: replicaSummary(replica) }
+    replica: replica && { ...replica, markdown: replicaSummary(replica) },
+    feedPolling: feedPolling && { ...feedPolling, markdown: feedPollingSummary(feedPolling) },
+    feedFanout: feedFanout && { ...feedFanout, markdown: feedFanoutSummary(feedFanout) }
   }
   await mkdir(reportFolder, { recursive: true })
   await writeFile(join(reportFolder, 'latest.json'), JSON.stringify(report, null, 2))
   if (rows.length > 0) console.log(`\n${markdownTable()}\n\n${deepestPageGoal().join('\n')}`)
   if (overload) console.log(`\n${report.overload!.markdown}`)
   if (replica) console.log(`\n${report.replica!.markdown}`)
+  if (feedPolling) console.log(`\n${report.feedPolling!.markdown}`)
+  if (feedFanout) console.log(`\n${report.feedFanout!.markdown}`)
   console.log(`\n${scales.length > 0 ? `service RSS peak: ${report.serviceRssPeakMiB} MiB. ` : ''}JSON: reports/bench/latest.json`)
   if (PROFILE) {
     await stopProcess(serviceProcess)

@@ -36,7 +36,7 @@ export interface FeedPage {
 // $1 after (or NULL), $2 limit, [$3 resource id]. The snapshot whose xmin bounds the page is the
 // statement's own (pg_current_snapshot() is the active snapshot), so the horizon and the rows read
 // agree. NULL after: from -1, below every id.
-const feedSql = (byResource: boolean, position: boolean) => `
+export const feedSql = (byResource: boolean, position: boolean) => `
   WITH bounds AS MATERIALIZED (
     SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 AS horizon,
       (SELECT through_id FROM permission_changes_pruned) AS pruned_through${position ? ', ' + positionColumn : ''}
