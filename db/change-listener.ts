@@ -22,6 +22,7 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
   #client: pg.Client | undefined
   #retry: NodeJS.Timeout | undefined
   #closed = false
+  #connecting = false
 
   constructor ({ connectionString, retryMs = 500, maxRetryMs = 10_000 }: ChangeListenerOptions) {
     super()
@@ -36,7 +37,7 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
   }
 
   start (): void {
-    if (!this.#closed && this.#client === undefined && this.#retry === undefined) this.#connect()
+    if (!this.#closed && !this.#connecting && this.#client === undefined && this.#retry === undefined) this.#connect()
   }
 
   async close (): Promise<void> {
@@ -49,8 +50,15 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
 
   async #connect (): Promise<void> {
     this.#retry = undefined
-    // keepAlive: a connection cut without a word (a partition) is noticed by TCP, not never.
-    const client = new pg.Client({ connectionString: this.#connectionString, keepAlive: true })
+    this.#connecting = true
+    // A connection cut without a word (a partition) is noticed by TCP keepalives within about a
+    // minute, and a connect to a host that never answers gives up: the reader polls meanwhile.
+    const client = new pg.Client({
+      connectionString: this.#connectionString,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
+      connectionTimeoutMillis: 10_000
+    })
     let lost = false
     const lose = (error: Error) => {
       if (lost) return
@@ -71,6 +79,8 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
     } catch (error) {
       lose(error as Error)
       return
+    } finally {
+      this.#connecting = false
     }
     if (lost) return
     if (this.#closed) {

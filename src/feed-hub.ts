@@ -74,6 +74,9 @@ export class FeedHub {
     for (;;) {
       this.#deliver(subscriber, this.encode(page.changes), this.#readThrough(page), false)
       if (subscriber.closed) return
+      // Live writes wait for nobody: a consumer joins them only once it has taken what it was given.
+      await subscriber.room()
+      if (subscriber.closed) return
       // Everything up to the subscriber's cursor given, and the shared reader no further along:
       // from here the shared reader's changes are all it needs.
       if (page.changes.length < this.#options.pageSize && (this.#after === undefined || subscriber.after >= this.#after)) {
@@ -83,8 +86,6 @@ export class FeedHub {
         this.wake()
         return
       }
-      await subscriber.room()
-      if (subscriber.closed) return
       page = await this.#options.read({ after: after(subscriber.after), limit: this.#options.pageSize, resourceId: subscriber.resourceId })
       if (subscriber.closed) return
     }
@@ -119,7 +120,18 @@ export class FeedHub {
     try {
       do {
         this.#again = false
-        const page = await this.#options.read({ after: after(this.#after!), limit: this.#options.pageSize })
+        const from = this.#after!
+        const page = await this.#options.read({ after: after(from), limit: this.#options.pageSize })
+        if (this.#live.size === 0) {
+          this.#after = undefined
+          return
+        }
+        // Everyone left while it read, and someone joined from further back: the page starts too
+        // late for them. Read again from where they are.
+        if (this.#after !== from) {
+          this.#again = true
+          continue
+        }
         const through = this.#readThrough(page)
         const changes = this.encode(page.changes)
         for (const subscriber of this.#live) {
@@ -130,7 +142,7 @@ export class FeedHub {
           this.#after = undefined
           return
         }
-        if (this.#after === undefined || through > this.#after) this.#after = through
+        if (through > this.#after) this.#after = through
         if (page.changes.length === this.#options.pageSize) this.#again = true
         else if (page.heldBack) this.#retryLater()
         else this.#retryMs = this.#options.heldBackRetryMs

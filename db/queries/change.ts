@@ -12,6 +12,8 @@ import { STATEMENT_TIMEOUT_MS, type StatementOptions, type Target, type TargetRo
 // needs no transaction id), then the row. A change's history id is its transaction's id (migration
 // 0007), which the row lock would take before waiting; taken after the first lock, one
 // authorization's ids are in the order its changes were applied, in the history and in the feed.
+// The change joins `locked`, so both locks are taken before it writes anything (the sub-statements
+// of a WITH run in no set order otherwise; without If-Match the precondition does not read it).
 const changeContext = `
   target AS (
     SELECT ${targetColumns}
@@ -71,7 +73,7 @@ const recordChange = (action: 'granted' | 'unauthorized') => `
 export const unauthorizeSql = `
   WITH ${changeContext}, changed AS (
     DELETE FROM grants g
-    USING target, precondition, known
+    USING target, precondition, known, locked
     WHERE ${changeApplies}
       AND g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = ANY ($3::text[])
     RETURNING g.permission_id
@@ -82,7 +84,7 @@ export const grantSql = `
   WITH ${changeContext}, changed AS (
     INSERT INTO grants (resource_id, client_id, permission_id)
     SELECT DISTINCT $1, $2, id
-    FROM unnest($3::text[]) AS id, target, precondition, known
+    FROM unnest($3::text[]) AS id, target, precondition, known, locked
     WHERE ${changeApplies}
     ON CONFLICT DO NOTHING
     RETURNING permission_id

@@ -5,6 +5,7 @@
 // a heartbeat) is disconnected, and resumes with Last-Event-ID where it stopped. Catching up, a
 // stream is never cut: it reads its next page once its consumer has taken the last.
 import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
@@ -13,6 +14,11 @@ import { FEED_PAGE_SIZE, HEARTBEAT, RECONNECT_AFTER } from '../../feed-events.js
 import type { EncodedChange, FeedSubscriber } from '../../feed-hub.js'
 import type { OpenStream } from '../../../plugins/feed.js'
 import { assertNotPruned } from './pruned.js'
+
+const ROOM_CHECK_MS = 100
+// On shutdown: how long a stream's last bytes may take to reach its consumer before the
+// connection is cut, so that one consumer that stopped reading holds no close up.
+const END_GRACE_MS = 1000
 
 class EventStream implements FeedSubscriber, OpenStream {
   // Its buffer is what waits for the consumer beyond the socket's own (Fastify pipes it).
@@ -43,8 +49,10 @@ class EventStream implements FeedSubscriber, OpenStream {
     for (const { bytes } of changes) this.#push(bytes)
   }
 
+  // Only on an idle stream: one with bytes still waiting is not idle to a gateway, and a consumer
+  // that has stopped reading is cut by the next change, not by the clock.
   heartbeat (): void {
-    if (!this.#fallenBehind()) this.#push(HEARTBEAT)
+    if (this.waiting === 0) this.#push(HEARTBEAT)
   }
 
   start (): void {
@@ -54,14 +62,17 @@ class EventStream implements FeedSubscriber, OpenStream {
   /** Resolves once the consumer has taken at least half of what waits for it, or the stream closed. */
   async room (): Promise<void> {
     while (!this.closed && this.waiting > this.bufferBytes / 2) {
-      await Promise.race([once(this.response, 'drain'), this.#closed])
+      // 'drain' comes only after a write the socket refused; the timer covers bytes it took.
+      await Promise.race([once(this.response, 'drain'), this.#closed, sleep(ROOM_CHECK_MS)])
     }
   }
 
+  /** Ends the stream after what is written; a consumer that does not take it within a second is cut. */
   end (): void {
     if (this.closed) return
     this.#close()
     this.body.push(null)
+    setTimeout(() => { if (!this.response.writableFinished) this.response.destroy() }, END_GRACE_MS).unref()
   }
 
   /** The other side went away, or the stream was ended: nothing more is written. */
@@ -105,12 +116,18 @@ export async function streamFeed (fastify: FastifyInstance, request: FastifyRequ
       request.log.info({ after: String(stream.after), bufferBytes: config.FEED_STREAM_BUFFER_BYTES }, 'change feed: consumer too slow, disconnected')
     })
   feed.admit(stream)
-  // Before anything is awaited: a consumer gone during the first read is counted out too.
-  reply.raw.once('close', () => {
+  // Before anything is awaited: a consumer gone during the first read is counted out too. One
+  // gone before the handler ran (during an awaited hook) has had its 'close' already.
+  const gone = () => {
     stream.closedByPeer()
     feed.hub.unfollow(stream)
     feed.release(stream)
-  })
+  }
+  if (reply.raw.destroyed) {
+    gone()
+    return reply
+  }
+  reply.raw.once('close', gone)
   let page
   try {
     page = await readFeed(fastify.db, { after, limit: FEED_PAGE_SIZE, resourceId }, { prepared: config.DATABASE_PREPARED_STATEMENTS })
