@@ -1,5 +1,6 @@
 // Swagger UI as a newcomer uses it, in a real browser (Debian's chromium, driven by playwright-core):
-// Authorize with a token, Execute the list and the pre-filled DELETE, and a call without a token.
+// Authorize with a token, Execute the list, the pre-filled DELETE and the change feed, and a call
+// without a token.
 // Screenshots of each step go to reports/browser/ for people to look at.
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
@@ -74,6 +75,9 @@ t.test('Swagger UI at /docs shows the operations near the top', async (t) => {
   t.match(await page.locator('.info .title').textContent(), /Client Permissions Service/)
   const box = await authorizeButton.boundingBox()
   t.ok(box && box.y < 900, `Authorize is on the first screen (y=${box?.y})`)
+  const feed = page.locator('#operations-permissions-listAllPermissionChanges')
+  t.ok(await feed.isVisible(), 'the change feed is listed')
+  t.match(await feed.locator('.opblock-summary').textContent(), /GET\s*\/permission_changes/)
   await shoot('1-docs')
 })
 
@@ -98,6 +102,18 @@ t.test('Execute the DELETE with its pre-filled example body → 204, and the two
     "SELECT permission_id FROM grants WHERE resource_id = 'orders-api' AND client_id = 'billing-app' AND permission_id LIKE '%refunds'"
   )
   t.same(rows, [], 'perm_read_refunds and perm_create_refunds removed')
+})
+
+t.test('Execute the change feed → 200, and the DELETE\'s change is in it', async (t) => {
+  // Readable once no older transaction is open anywhere on the shared test cluster: Execute again until then.
+  let answer = await execute('listAllPermissionChanges')
+  for (const deadline = Date.now() + 20_000; !/perm_read_refunds/.test(answer.body) && Date.now() < deadline;) {
+    await page.waitForTimeout(200)
+    answer = await execute('listAllPermissionChanges')
+  }
+  t.equal(answer.status, '200')
+  t.match(answer.body, /"action": "unauthorized"[\s\S]*perm_read_refunds[\s\S]*perm_create_refunds/)
+  await shoot('3b-feed-200', answer.operation)
 })
 
 t.test('without a token → 401 and the problem shown', async (t) => {

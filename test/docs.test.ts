@@ -39,6 +39,9 @@ t.test('the served document declares the bearer scheme and each operation\'s sco
   const item = doc.paths['/resources/{resource_id}/authorized_clients/{client_id}/permissions']
   t.same(item.get.security, [{ bearerAuth: ['read:resource'] }])
   t.same(item.delete.security, [{ bearerAuth: ['delete:resource'] }])
+  t.same(item.post.security, [{ bearerAuth: ['create:resource'] }])
+  t.same(doc.paths['/resources/{resource_id}/authorized_clients/{client_id}/permission_changes'].get.security, [{ bearerAuth: ['read:resource'] }])
+  t.same(doc.paths['/permission_changes'].get.security, [{ bearerAuth: ['read:resource'] }], 'the change feed')
 })
 
 t.test('GET / points to the docs: 302 to /docs, without a token; other methods on / are 404', async (t) => {

@@ -1,7 +1,7 @@
 // Property-based tests (fast-check) against the running service over HTTP: generated query strings,
 // path ids, bodies, content types and credentials. Every response is also checked against the
 // spec by the harness (declared status, problem+json, schema). Properties: never a 5xx, and a 2xx
-// exactly when the spec allows the input. 10,000 requests in all; FUZZ_SEED replays a run.
+// exactly when the spec allows the input. Over 10,000 requests in all; FUZZ_SEED replays a run.
 import fc from 'fast-check'
 import t from 'tap'
 import { fastCheckSeed, ordersFixture, ordersPath } from './fixtures.js'
@@ -30,12 +30,18 @@ const storableText = (value: string) => !/[\u0000\uD800-\uDFFF]/u.test(value) //
 const validId = (value: unknown) => typeof value === 'string' && codePoints(value) >= 1 && codePoints(value) <= 255 && storableText(value)
 const within = (value: string, min: number, max: number) => decimal.test(value) && Number(value) >= min && Number(value) <= max
 
-function queryAllowed (pairs: Array<[string, string]>): boolean {
-  const rules: Record<string, (value: string) => boolean> = {
-    limit: (value) => within(value, 1, 500),
-    offset: (value) => within(value, 0, 99999999999999),
-    sort_by: (value) => sortPattern.test(value) && value.length <= 100
-  }
+const listRules: Record<string, (value: string) => boolean> = {
+  limit: (value) => within(value, 1, 500),
+  offset: (value) => within(value, 0, 99999999999999),
+  sort_by: (value) => sortPattern.test(value) && value.length <= 100
+}
+const feedRules: Record<string, (value: string) => boolean> = {
+  after: (value) => /^[0-9]{1,18}$/.test(value),
+  limit: (value) => within(value, 1, 500),
+  resource_id: validId
+}
+
+function queryAllowed (pairs: Array<[string, string]>, rules = listRules): boolean {
   // A parameter the operation does not declare is refused, not ignored.
   if (pairs.some(([name]) => !Object.hasOwn(rules, name))) return false
   for (const [name, rule] of Object.entries(rules)) {
@@ -70,6 +76,34 @@ t.test('GET with generated query strings: 200 exactly when the spec allows it, e
     const res = await send(`${ordersPath()}?${query}`, { token: read })
     const expected = queryAllowed(pairs) ? 200 : 400
     if (res.status !== expected) throw new Error(`expected ${expected}, got ${res.status}: ${res.text.slice(0, 200)}`)
+  }))
+  t.pass(`${RUNS} query strings`)
+})
+
+const afterish = fc.oneof(
+  numberish,
+  fc.bigInt({ min: 0n, max: 10n ** 19n }).map(String),
+  fc.constantFrom('0', '9'.repeat(18), '9'.repeat(19), '0'.repeat(18), '0'.repeat(19), '١٢', '1 ', '١')
+)
+const resourceIdish = fc.oneof(
+  fc.constantFrom('orders-api', 'other-api', '', ' ', '\u0000', 'a\u0000b', 'x'.repeat(255), 'x'.repeat(256), 'team/api v2&x=ü'),
+  fc.string({ unit: 'binary', maxLength: 300 }),
+  fc.string({ unit: 'grapheme', minLength: 250, maxLength: 260 })
+)
+const feedPair = fc.oneof(
+  fc.tuple(fc.constant('after'), afterish),
+  fc.tuple(fc.constant('limit'), numberish),
+  fc.tuple(fc.constant('resource_id'), resourceIdish),
+  fc.tuple(fc.constantFrom('offset', 'sort_by', 'page', 'resource', 'AFTER', 'Last-Event-ID', '__proto__', 'access_token', fc.string({ unit: 'binary', maxLength: 10 }) as unknown as string), fc.string({ unit: 'binary', maxLength: 20 }))
+)
+
+t.test('the change feed with generated query strings: 200 exactly when the spec allows it, else a 400 problem', async (t) => {
+  await fc.assert(fc.asyncProperty(fc.array(feedPair, { maxLength: 5 }), async (pairs) => {
+    const query = pairs.map(([key, value]) => `${encodeURIComponent(key)}=${encodeURIComponent(value)}`).join('&')
+    // No prune ever runs here: no cursor is below the mark, so no 410.
+    const res = await send(`/permission_changes?${query}`, { token: read })
+    const expected = queryAllowed(pairs, feedRules) ? 200 : 400
+    if (res.status !== expected) throw new Error(`${query}: expected ${expected}, got ${res.status}: ${res.text.slice(0, 200)}`)
   }))
   t.pass(`${RUNS} query strings`)
 })

@@ -6,6 +6,7 @@ import { once } from 'node:events'
 import { join } from 'node:path'
 import t from 'tap'
 import { freePort } from '../db/embedded-postgres.js'
+import { pruneChanges } from '../db/queries/history.js'
 import { seedDatabase } from '../db/seed.js'
 import { projectRoot, specPath } from '../src/project-root.js'
 import { ordersFixture, ordersPath } from './fixtures.js'
@@ -34,7 +35,8 @@ for (let waited = 0; !prismLog.includes('Prism is listening'); waited += 100) {
   await new Promise((resolve) => setTimeout(resolve, 100))
 }
 
-const reached = new Map<string, Set<number>>([['GET', new Set()], ['DELETE', new Set()], ['POST', new Set()], ['history', new Set()]])
+const reached = new Map<string, Set<number>>([['GET', new Set()], ['DELETE', new Set()], ['POST', new Set()], ['history', new Set()], ['feed', new Set()]])
+const feedPath = '/permission_changes'
 
 /** One request through Prism: fails on anything Prism flags; returns the service's answer. */
 async function viaPrism (path: string, init: { method?: string, authorization?: string, contentType?: string, body?: string, headers?: Record<string, string> } = {}) {
@@ -47,8 +49,8 @@ async function viaPrism (path: string, init: { method?: string, authorization?: 
   const violations = res.headers.get('sl-violations')
   if (violations) throw new Error(`Prism flagged ${method} ${path} → ${res.status}: ${violations}`)
   if (text.includes('stoplight.io/prism/errors')) throw new Error(`Prism answered in place of the service: ${text}`)
-  reached.get(path.includes('/permission_changes') ? 'history' : method)?.add(res.status)
-  return { status: res.status, text, etag: res.headers.get('etag') }
+  reached.get(path.startsWith(feedPath) ? 'feed' : path.includes('/permission_changes') ? 'history' : method)?.add(res.status)
+  return { status: res.status, text, etag: res.headers.get('etag'), link: res.headers.get('link') }
 }
 
 const bearer = (value: string) => `Bearer ${value}`
@@ -97,18 +99,48 @@ t.test('POST, conditional requests and the history through Prism: 204, 304, 412,
   t.equal((await viaPrism(history, { authorization: bearer('not-a-jwt') })).status, 401)
 })
 
+// Polling only: a stream never ends, and Prism validates an answer once it has the whole of it.
+t.test('the change feed polled through Prism: 200 with its Link, 401, 403, 410', async (t) => {
+  const reader = bearer(readToken())
+  // Recorded so by another writer 40 days ago, then pruned: a cursor below them answers 410.
+  const { rows: old } = await harness.app.db.query<{ id: string }>(`
+    INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+    VALUES (now() - interval '40 days', 'orders-api', 'app-a', 'granted', '{p_read_orders}', 'old')
+    RETURNING id::text`)
+  // The changes the scenario made before, readable once no older transaction is open on the server.
+  let page = await viaPrism(`${feedPath}?limit=2&resource_id=orders-api`, { authorization: reader })
+  for (const deadline = Date.now() + 20_000; JSON.parse(page.text).length < 2 && Date.now() < deadline;) {
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    page = await viaPrism(`${feedPath}?limit=2&resource_id=orders-api`, { authorization: reader })
+  }
+  t.equal(page.status, 200)
+  t.match(JSON.parse(page.text), [{ resource_id: 'orders-api', client_id: 'app-a' }, { resource_id: 'orders-api', client_id: 'app-a' }])
+  const next = new URL(/^<([^>]+)>; rel="next"$/.exec(page.link ?? '')![1])
+  t.equal((await viaPrism(next.pathname + next.search, { authorization: reader, headers: { accept: 'application/json' } })).status, 200)
+  t.equal((await viaPrism(feedPath, { authorization: bearer('not-a-jwt') })).status, 401)
+  t.equal((await viaPrism(feedPath, { authorization: bearer(deleteToken()) })).status, 403)
+  t.equal(await pruneChanges(harness.app.db, 30), 1)
+  const pruned = await viaPrism(`${feedPath}?after=${BigInt(old[0].id) - 1n}`, { authorization: reader })
+  t.equal(pruned.status, 410)
+  t.match(JSON.parse(pruned.text), { type: '/problems/changes-pruned', pruned_through: old[0].id })
+})
+
 t.test('a broken database (500) and a stopped one (503), through Prism', async (t) => {
   await harness.app.db.query('ALTER TABLE grants RENAME TO grants_moved')
   t.equal((await viaPrism(path, { authorization: bearer(readToken()) })).status, 500)
   t.equal((await viaPrism(path, { method: 'DELETE', authorization: bearer(deleteToken()), contentType: 'application/json', body: '["p_read_orders"]' })).status, 500)
   await harness.app.db.query('ALTER TABLE grants_moved RENAME TO grants')
+  await harness.app.db.query('ALTER TABLE permission_changes_pruned RENAME TO permission_changes_pruned_moved')
+  t.equal((await viaPrism(feedPath, { authorization: bearer(readToken()) })).status, 500)
+  await harness.app.db.query('ALTER TABLE permission_changes_pruned_moved RENAME TO permission_changes_pruned')
   await database.stop()
   t.equal((await viaPrism(path, { authorization: bearer(readToken()) })).status, 503)
   t.equal((await viaPrism(path, { method: 'DELETE', authorization: bearer(deleteToken()), contentType: 'application/json', body: '["p_read_orders"]' })).status, 503)
+  t.equal((await viaPrism(feedPath, { authorization: bearer(readToken()) })).status, 503)
   await database.start()
 })
 
-t.test('every documented status of both operations was reached, except the HTTP layer\'s own', async (t) => {
+t.test('every documented status of the operations was reached, except the HTTP layer\'s own', async (t) => {
   // Not reachable through Prism without a flag: 408 and 431 come from Node's HTTP parser before any
   // route (Prism, itself a Node server, answers them itself); DELETE's 400 and 415 need a body or
   // a media type the spec refuses, which Prism flags (or re-encodes before forwarding).
@@ -117,4 +149,5 @@ t.test('every documented status of both operations was reached, except the HTTP 
   t.same([...reached.get('POST')!].sort(), [204, 403, 404, 412, 422])
   // A query the spec refuses is answered by Prism itself (flagged), so the history's 400 is not here.
   t.same([...reached.get('history')!].sort(), [200, 401, 403, 404])
+  t.same([...reached.get('feed')!].sort(), [200, 401, 403, 410, 500, 503])
 })

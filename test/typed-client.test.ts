@@ -1,4 +1,4 @@
-// A consumer's view: openapi-fetch typed by the generated src/generated/openapi.ts drives both
+// A consumer's view: openapi-fetch typed by the generated src/generated/openapi.ts drives the
 // operations. That it compiles (npm run typecheck) is the proof that the paths, parameters, bodies
 // and answers a consumer codes against are the spec's; that it passes, that the server keeps them.
 import createClient from 'openapi-fetch'
@@ -49,4 +49,33 @@ t.test('errors come back typed as the spec\'s problems', async (t) => {
   t.equal(missing.response.status, 404)
   t.equal(missing.error?.type, '/problems/client-not-found')
   t.equal(missing.error?.status, 404)
+})
+
+t.test('the change feed: a typed poll from a typed cursor, the next link; a cursor that is not an id comes back a typed problem', async (t) => {
+  // A poller's client: of the feed's two media types it reads the JSON page (a stream is not a typed body).
+  const poller = createClient<paths, 'application/json' | 'application/problem+json'>({
+    baseUrl: harness.baseUrl,
+    headers: { authorization: `Bearer ${token({ scope: 'read:resource' })}`, accept: 'application/json' }
+  })
+  const removed = await client.DELETE(permissionsPath, { params: target, body: ['p_read_invoices'] })
+  t.equal(removed.response.status, 204)
+  const poll = (after?: string) => poller.GET('/permission_changes', {
+    params: { query: { limit: 500, resource_id: 'orders-api', ...(after === undefined ? {} : { after }) } }
+  })
+  // Readable once no older transaction is open anywhere on the shared test cluster.
+  let polled = await poll()
+  for (const deadline = Date.now() + 20_000; !polled.data?.some((entry) => entry.permission_ids.includes('p_read_invoices')) && Date.now() < deadline;) {
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    polled = await poll()
+  }
+  t.equal(polled.response.status, 200)
+  // data is FeedChange[]: a wrong field name here would not compile.
+  const last = polled.data?.at(-1)
+  t.same(last && { resource: last.resource_id, client: last.client_id, action: last.action, ids: last.permission_ids },
+    { resource: 'orders-api', client: 'app-a', action: 'unauthorized', ids: ['p_read_invoices'] })
+  t.match(polled.response.headers.get('link'), new RegExp(`[?&]after=${last?.id}&limit=500&resource_id=orders-api>; rel="next"$`))
+  t.same((await poll(last?.id)).data, [], 'nothing after the last change')
+  const refused = await poll('not-an-id')
+  t.equal(refused.response.status, 400)
+  t.equal(refused.error?.type, '/problems/invalid-request')
 })
