@@ -19,6 +19,14 @@ DECLARE
   -- (a rolled-back savepoint takes back its numbers with its rows).
   recorded integer := coalesce(nullif(current_setting('client_permissions.changes_recorded', true), '')::integer, 0);
 BEGIN
+  -- The setting is the session's to change too: a value out of range would number this change
+  -- outside its transaction's ids.
+  IF recorded < 0 THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'PH001',
+      TABLE = TG_TABLE_NAME,
+      MESSAGE = 'permission_changes: client_permissions.changes_recorded is the trigger''s to set';
+  END IF;
   IF recorded >= 65536 THEN
     RAISE EXCEPTION USING
       ERRCODE = 'PH001',
@@ -62,15 +70,20 @@ CREATE TRIGGER permission_changes_announced AFTER INSERT ON permission_changes
 
 -- Retention, visible: the largest id a prune has deleted. A reader whose cursor is below it has
 -- missed changes that are gone, and is told so (410) instead of continuing past the gap. One row.
+-- A prune deletes the first changes of the feed, every one up to some id (the check below), so
+-- every change kept is above the mark, and a reader starting from the oldest kept never meets it.
 CREATE TABLE permission_changes_pruned (
   only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
   through_id bigint NOT NULL
 );
 
--- 0006's check of a prune, now also moving the mark.
+-- 0006's check of a prune, now in feed order: the changes deleted are every change up to the
+-- largest id deleted (what remains is the feed from some point on, whatever `at` another writer
+-- gave), none recorded within the last day; and the mark moves up to it.
 CREATE OR REPLACE FUNCTION check_pruned_changes() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   newest timestamptz;
+  last bigint;
   kept record;
 BEGIN
   SELECT max(at) INTO newest FROM pruned;
@@ -84,15 +97,16 @@ BEGIN
       MESSAGE = 'permission_changes is append-only: only changes recorded more than a day ago can be pruned',
       DETAIL = format('The statement deletes a change recorded at %s.', newest);
   END IF;
-  SELECT id, at INTO kept FROM permission_changes WHERE at <= newest ORDER BY at LIMIT 1;
+  SELECT max(id) INTO last FROM pruned;
+  SELECT id, at INTO kept FROM permission_changes WHERE id < last ORDER BY id LIMIT 1;
   IF FOUND THEN
     RAISE EXCEPTION USING
       ERRCODE = 'PH001',
       TABLE = TG_TABLE_NAME,
       MESSAGE = 'permission_changes is append-only: a prune deletes the oldest changes only',
-      DETAIL = format('Change %s, recorded at %s, would remain while one recorded at %s is deleted.', kept.id, kept.at, newest);
+      DETAIL = format('Change %s, recorded at %s, would remain while change %s, after it in the feed, is deleted.', kept.id, kept.at, last);
   END IF;
-  INSERT INTO permission_changes_pruned (through_id) SELECT max(id) FROM pruned
+  INSERT INTO permission_changes_pruned (through_id) VALUES (last)
   ON CONFLICT (only_row) DO UPDATE SET through_id = greatest(permission_changes_pruned.through_id, excluded.through_id);
   RETURN NULL;
 END $$;

@@ -1,4 +1,5 @@
 // The change history (migration 0005, append-only since 0006): read a page of it, prune it.
+import { setTimeout as sleep } from 'node:timers/promises'
 import type pg from 'pg'
 import { positionColumn } from '../lsn.js'
 import { type Queryable, type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
@@ -79,18 +80,37 @@ export async function listPermissionChanges (db: Queryable, input: ChangeHistory
   return { ...targetOf(rows[0]), hasHistory: rows[0].has_history, changes: changes.slice(0, input.limit), more, position: rows[0].position }
 }
 
+// What a prune may delete ($1 days): the first changes of the feed (migration 0007), every one before
+// the first recorded within the last $1 days, and only below the feed's horizon, so that a change
+// still to commit (it would be numbered below the horizon no more) never lands under the mark.
+const pruneBound = `least(
+  coalesce((SELECT id FROM permission_changes WHERE at >= now() - make_interval(days => $1) ORDER BY id LIMIT 1), ${2n ** 63n - 1n}),
+  pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536)`
+// Whether changes the prune would delete wait above the horizon, for transactions still open.
+const pruneHeldSql = `
+  SELECT max(id) >= pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 AS held
+  FROM permission_changes
+  WHERE id < coalesce((SELECT id FROM permission_changes WHERE at >= now() - make_interval(days => $1) ORDER BY id LIMIT 1), ${2n ** 63n - 1n})`
+
 /**
- * Deletes the changes recorded more than `days` days ago; returns how many. The history is
- * append-only (migration 0006): its triggers let a DELETE through only in a transaction that sets
- * client_permissions.prune_changes, and only of the oldest changes, none recorded within a day
- * (fewer than 1 day fails with SQLSTATE PH001 and deletes nothing). SET LOCAL: the flag ends with
- * the transaction, so the pooled connection goes back without it.
+ * Deletes the changes recorded more than `days` days ago, in feed order (a change goes only with
+ * every change before it, so one recorded earlier by a writer that gave an older `at` may stay
+ * until those before it go); returns how many. Waits up to `waitMs` for transactions still open
+ * below them, then deletes what it may. The history is append-only (migration 0006): its triggers
+ * let a DELETE through only in a transaction that sets client_permissions.prune_changes, and only
+ * of the first changes, none recorded within a day (fewer than 1 day fails with SQLSTATE PH001 and
+ * deletes nothing). SET LOCAL: the flag ends with the transaction, so the pooled connection goes
+ * back without it.
  */
-export async function pruneChanges (pool: pg.Pool, days: number): Promise<number> {
+export async function pruneChanges (pool: pg.Pool, days: number, { waitMs = 30_000 } = {}): Promise<number> {
+  const deadline = Date.now() + waitMs
+  while ((await pool.query<{ held: boolean | null }>(pruneHeldSql, [days])).rows[0].held === true && Date.now() < deadline) {
+    await sleep(100)
+  }
   const client = await pool.connect()
   try {
     await client.query("BEGIN; SET LOCAL client_permissions.prune_changes = 'on'")
-    const { rowCount } = await client.query('DELETE FROM permission_changes WHERE at < now() - make_interval(days => $1)', [days])
+    const { rowCount } = await client.query(`DELETE FROM permission_changes WHERE id < ${pruneBound}`, [days])
     await client.query('COMMIT')
     client.release()
     return rowCount ?? 0

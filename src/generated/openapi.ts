@@ -199,6 +199,10 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         ChangeId: string;
+        ChangesPrunedProblem: components["schemas"]["Problem"] & {
+            /** @description The newest change the prune command has deleted; every change kept is after it. */
+            pruned_through: string;
+        };
         EntityId: string;
         /** @description `*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take. */
         EntityTags: string;
@@ -370,7 +374,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/problem+json": components["schemas"]["Problem"];
+                "application/problem+json": components["schemas"]["ChangesPrunedProblem"];
             };
         };
         /** @description The body is larger than 256 KiB. */

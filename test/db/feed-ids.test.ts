@@ -195,13 +195,24 @@ t.test('a prune records the largest id it deleted in permission_changes_pruned; 
   t.equal(await pruneChanges(pool, 10), 1)
   t.same(await mark(), [twentyDays])
 
-  // Another writer's rows whose ages are not in id order: the later prune deletes a smaller id.
+  // Another writer's rows whose ages are not in id order: a change goes only with every change
+  // before it in the feed, so every change kept stays above the mark.
   const [threeDays] = await record(pool, 1, '3 days')
   const [eightDays] = await record(pool, 1, '8 days')
-  t.equal(await pruneChanges(pool, 5), 1)
-  t.same(await mark(), [eightDays])
-  t.equal(await pruneChanges(pool, 2), 1)
   t.ok(threeDays < eightDays)
-  t.same(await mark(), [eightDays], 'still the largest id ever deleted, not this prune\'s')
+  t.equal(await pruneChanges(pool, 5), 0, 'today\'s change comes first in the feed: nothing after it goes')
+  t.same(await mark(), [twentyDays])
   t.same((await pool.query('SELECT count(*)::int AS n FROM permission_changes_pruned')).rows, [{ n: 1 }], 'one row')
+})
+
+t.test('a prune never leaves a change below its mark: ages out of feed order wait for the changes before them', async (t) => {
+  const pool = await database(t)
+  // A writer that gives `at` itself (a backfill) records a newer change first, then an older one.
+  const [twentyDays] = await record(pool, 1, '20 days')
+  const [fortyDays] = await record(pool, 1, '40 days')
+  t.equal(await pruneChanges(pool, 30), 0, 'the 40-day change is after a 20-day one in the feed: it stays')
+  t.equal(await pruneChanges(pool, 10), 2, 'both go once the first is old enough')
+  t.same((await pool.query<{ id: string }>('SELECT through_id::text AS id FROM permission_changes_pruned')).rows.map(({ id }) => BigInt(id)), [fortyDays])
+  const [kept] = await record(pool, 1)
+  t.ok(kept > fortyDays && twentyDays < fortyDays, 'what is kept is after the mark')
 })
