@@ -3,6 +3,8 @@
 // Under steady load each replica in turn is stopped (SIGTERM) and started again: no request fails.
 // And the gateway's own guards: a body sent a byte at a time is answered 408 at its timeout,
 // /metrics is refused however it is spelt, and only a request no replica received is sent again.
+// A change feed stream passes through it as sent, and the replicas' heartbeats keep it open past
+// the gateway's idle timeouts.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { EventEmitter, once } from 'node:events'
 import { request } from 'node:http'
@@ -16,6 +18,7 @@ import { seedDatabase } from '../db/seed.js'
 import { projectRoot } from '../src/project-root.js'
 import { endsWithTest } from './at-exit.js'
 import { createTestDatabase, serverProcess } from './helper.js'
+import { openStream } from './sse.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from './tokens.js'
 
 const haproxy = ['/usr/sbin/haproxy', '/usr/bin/haproxy'].find((path) => spawnSync(path, ['-v']).status === 0)
@@ -160,6 +163,8 @@ function startReplica (index: number): Running {
     SHUTDOWN_DELAY_MS: '2000',
     // Other test files share the cores: lag here is theirs (shedding: test/pressure.test.ts).
     MAX_EVENT_LOOP_DELAY_MS: '0',
+    // Well below the idle timeout of the gateway the stream test starts (3 s).
+    FEED_HEARTBEAT_MS: '1000',
     LOG_LEVEL: 'info'
   })
 }
@@ -176,12 +181,13 @@ async function gatewaySees (index: number, stats = statsPort): Promise<string | 
 }
 
 /** HAProxy on gateway/haproxy.cfg, listening on `port` (stats on `stats`) in front of two ports. */
-function startGateway (port: number, stats: number, [replica1, replica2]: number[]): Running {
+function startGateway (port: number, stats: number, [replica1, replica2]: number[], env: Record<string, string> = {}): Running {
   return start(haproxy!, ['-db', '-f', join(projectRoot, 'gateway', 'haproxy.cfg')], {
     GATEWAY_BIND: `127.0.0.1:${port}`,
     GATEWAY_STATS: `127.0.0.1:${stats}`,
     REPLICA_1: `127.0.0.1:${replica1}`,
-    REPLICA_2: `127.0.0.1:${replica2}`
+    REPLICA_2: `127.0.0.1:${replica2}`,
+    ...env
   })
 }
 
@@ -287,6 +293,64 @@ t.test('DELETE bodies arrive intact: 500 long unknown ids (100 KB) named exactly
   t.equal((await granted()).length, PERMISSIONS, 'nothing removed')
   t.equal((await send(gatewayPort, 'DELETE', collection, { body: JSON.stringify(ids) })).status, 204)
   t.same(await granted(), Array.from({ length: 50 }, (_, index) => permissionId(index)))
+})
+
+t.test('a change feed stream through the gateway: sent through as written, open past the idle timeouts on heartbeats alone, then a change made through the gateway arrives', async (t) => {
+  // A gateway of its own on the same file, with idle timeouts (timeout client, timeout server) of
+  // 3 s instead of 30 s; the replicas send a heartbeat each second.
+  const idleTimeoutMs = 3_000
+  const port = await freePort()
+  const stats = await freePort()
+  const streaming = startGateway(port, stats, replicaPorts, { GATEWAY_IDLE_TIMEOUT: `${idleTimeoutMs}ms` })
+  await until('both in rotation behind the stream gateway', async () => (await gatewaySees(0, stats)) === 'UP' && (await gatewaySees(1, stats)) === 'UP')
+  const headers = { host: `api.example.test:${port}`, authorization: `Bearer ${readWrite}` }
+  const open = async (gatewayPort: number, after: string | undefined) => {
+    const opened = await openStream(`http://127.0.0.1:${gatewayPort}/permission_changes${after === undefined ? '' : `?after=${after}`}`, { headers })
+    t.teardown(() => opened.close())
+    return opened
+  }
+  const polled = await send(port, 'GET', '/permission_changes?limit=500')
+  t.equal(polled.status, 200)
+  // From the newest change: what the stream then sends is new.
+  const newest = (JSON.parse(polled.body) as Array<{ id: string }>).at(-1)?.id
+
+  const stream = await open(port, newest)
+  t.equal(stream.status, 200)
+  t.equal(stream.headers['content-type'], 'text/event-stream; charset=utf-8')
+  await stream.until('the retry field', () => stream.retries.length === 1, 10_000)
+  t.equal(stream.outcome, undefined, 'received while the response is open: the gateway passes it on, it does not hold the response')
+  // Three idle timeouts without a change: only heartbeats go through.
+  await sleep(3 * idleTimeoutMs)
+  t.equal(stream.outcome, undefined, 'still open after three idle timeouts')
+  t.ok(stream.comments.length >= 3 && stream.comments.every((comment) => comment === 'heartbeat'), `${stream.comments.length} heartbeats arrived as they were sent`)
+  t.same(stream.events, [])
+
+  const removed = await send(port, 'DELETE', collection, { body: JSON.stringify([permissionId(30)]) })
+  t.equal(removed.status, 204)
+  await stream.until('the change made through the gateway', () => stream.events.length >= 1, 30_000)
+  t.match(JSON.parse(stream.events[0].data), {
+    resource_id: RESOURCE, client_id: CLIENT, action: 'unauthorized', permission_ids: [permissionId(30)], request_id: removed.headers['x-request-id']
+  })
+  t.equal(stream.events.length, 1)
+  t.equal(stream.outcome, undefined, 'the stream goes on')
+
+  // The control: behind a gateway whose idle timeout is shorter than the heartbeat interval, the
+  // same stream is cut. What kept the first one open was its heartbeats, not a timeout left unset.
+  const shortPort = await freePort()
+  const shortStats = await freePort()
+  const short = startGateway(shortPort, shortStats, replicaPorts, { GATEWAY_IDLE_TIMEOUT: '400ms' })
+  await until('both in rotation behind the short gateway', async () => (await gatewaySees(0, shortStats)) === 'UP' && (await gatewaySees(1, shortStats)) === 'UP')
+  const cut = await open(shortPort, stream.events[0].id!)
+  // Under load a replica may even take longer than 400 ms to answer (504); either way no stream lasts.
+  const outcome = await Promise.race([cut.finished, sleep(15_000, 'still open after 15 s')])
+  t.equal(outcome, cut.status === 200 ? 'cut' : 'end', `closed by the gateway (${cut.status})`)
+  t.same(cut.events, [])
+
+  for (const gateway of [streaming, short]) {
+    const stopped = once(gateway.child, 'exit')
+    gateway.child.kill('SIGTERM')
+    await stopped
+  }
 })
 
 /**

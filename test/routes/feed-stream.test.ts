@@ -1,0 +1,315 @@
+// The change feed streamed (GET /permission_changes, Accept: text/event-stream) over real sockets:
+// what a stream carries and from where, live changes, heartbeats, a consumer too slow, the limit on
+// streams, shutdown, a pruned cursor, and the two things that hold a stream up without breaking it
+// (its LISTEN connection lost, a transaction left open). The PostgreSQL cluster is shared with the
+// test files running beside this one, and a transaction open in any of its databases holds the feed
+// back: waits have generous deadlines, and nothing here asserts how soon a change arrives.
+import { setTimeout as sleep } from 'node:timers/promises'
+import t, { type Test } from 'tap'
+import { pruneChanges } from '../../db/queries/history.js'
+import { historyPath, ordersFixture, ordersPath } from '../fixtures.js'
+import { build, captureLogs, type Harness } from '../helper.js'
+import { openStream, type OpenOptions, type SseStream } from '../sse.js'
+import { readToken, token } from '../tokens.js'
+
+interface FeedEntry { id: string, resource_id: string, client_id: string, action: string, permission_ids: string[], request_id: string }
+
+const writer = () => token({ scope: 'delete:resource create:resource', sub: 'alice' })
+
+/** A change through the API: DELETE (unauthorized) or POST (granted) of ids on a client's grants. */
+async function change (harness: Harness, method: 'DELETE' | 'POST', ids: string[], path = ordersPath()): Promise<string> {
+  const answer = await harness.request(path, { method, token: writer(), json: ids })
+  if (answer.status !== 204) throw new Error(`${method} ${path} → ${answer.status}: ${answer.text}`)
+  return answer.headers.get('x-request-id')!
+}
+
+/** Four changes on orders-api (app-a), recorded in this order. */
+async function fourChanges (harness: Harness): Promise<void> {
+  await change(harness, 'DELETE', ['p_read_orders'])
+  await change(harness, 'POST', ['p_read_orders', 'p_update_refunds'])
+  await change(harness, 'DELETE', ['p_create_orders', 'p_read_invoices'])
+  await change(harness, 'POST', ['p_create_orders'])
+}
+
+/** The feed polled: every change readable now (after `after`), as JSON entries. */
+async function poll (harness: Harness, query = ''): Promise<FeedEntry[]> {
+  const answer = await harness.request(`/permission_changes?limit=500${query}`, { token: readToken() })
+  if (answer.status !== 200) throw new Error(`poll → ${answer.status}: ${answer.text}`)
+  return answer.body as FeedEntry[]
+}
+
+/** A stream of the feed, closed from this side when the test ends. */
+async function stream (t: Test, harness: Harness, query = '', { headers, ...options }: OpenOptions = {}): Promise<SseStream> {
+  const opened = await openStream(`${harness.baseUrl}/permission_changes${query}`, { headers: { authorization: `Bearer ${readToken()}`, ...headers }, ...options })
+  t.teardown(() => opened.close())
+  return opened
+}
+
+async function until (what: string, check: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
+  for (const started = Date.now(); !(await check()); await sleep(50)) {
+    if (Date.now() - started > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
+  }
+}
+
+const ids = (events: ReadonlyArray<{ id?: string }>) => events.map(({ id }) => id)
+const increasing = (list: ReadonlyArray<string | undefined>) => list.every((id, index) => index === 0 || BigInt(id!) > BigInt(list[index - 1]!))
+
+/**
+ * Makes one more change and waits for it on the stream: whatever the stream sent before it (a
+ * duplicate, a change it should not have sent) is then in `events` too. Returns the new entry.
+ * Once per database: it grants app-b p_delete_refunds, which it then holds.
+ */
+async function sentinel (t: Test, harness: Harness, s: SseStream): Promise<FeedEntry> {
+  const from = s.events.length
+  const requestId = await change(harness, 'POST', ['p_delete_refunds'], ordersPath('app-b'))
+  const sent = () => s.events.slice(from).find((event) => (JSON.parse(event.data) as FeedEntry).request_id === requestId)
+  await s.until('the sentinel change', () => sent() !== undefined, 30_000)
+  const { id } = sent()!
+  const [entry] = await poll(harness, `&after=${BigInt(id!) - 1n}`)
+  t.same(entry, JSON.parse(sent()!.data), 'the sentinel sent as polled')
+  return entry
+}
+
+t.test('a stream from the start: retry first, then every change as an event whose id and data are the polled entry\'s; a later change arrives once', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  await fourChanges(harness)
+  const polled = await poll(harness)
+  t.equal(polled.length, 4)
+  const s = await stream(t, harness)
+  t.equal(s.status, 200)
+  t.equal(s.headers['content-type'], 'text/event-stream; charset=utf-8')
+  t.equal(s.headers['cache-control'], 'no-store')
+  await s.until('the four changes', () => s.events.length >= 4)
+  t.ok(s.text().startsWith('retry: 1000\n\n'), 'retry: 1000 comes first')
+  t.same(s.retries, [1000])
+  t.same(ids(s.events), ids(polled))
+  t.same(s.events.map((event) => JSON.parse(event.data)), polled, 'data is the entry, as polled')
+  t.ok(s.text().includes(`id: ${polled[0].id}\ndata: ${JSON.stringify(polled[0])}\n\n`), 'one id line, one data line, a blank line')
+
+  // Made while the stream is open, through the API.
+  const requestId = await change(harness, 'DELETE', ['p_read_refunds'])
+  await s.until('the change made after the stream opened', () => s.events.length >= 5, 30_000)
+  const [latest] = await poll(harness, `&after=${polled[3].id}`)
+  t.equal(latest.request_id, requestId)
+  t.same(s.events[4], { id: latest.id, data: JSON.stringify(latest) })
+  const last = await sentinel(t, harness, s)
+  t.same(ids(s.events), [...ids(polled), latest.id, last.id], 'each once, nothing else')
+  t.equal(s.outcome, undefined, 'still open')
+})
+
+t.test('resuming: after=N and Last-Event-ID: N give exactly the changes after N; Last-Event-ID wins over after', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  await fourChanges(harness)
+  const polled = await poll(harness)
+
+  const fromAfter = await stream(t, harness, `?after=${polled[1].id}`)
+  const fromLastEventId = await stream(t, harness, `?after=${polled[0].id}`, { headers: { 'last-event-id': polled[2].id } })
+  const fromTheEnd = await stream(t, harness, '', { headers: { 'last-event-id': polled[3].id } })
+  t.same([fromAfter.status, fromLastEventId.status, fromTheEnd.status], [200, 200, 200])
+  const last = await sentinel(t, harness, fromAfter)
+  for (const s of [fromLastEventId, fromTheEnd]) await s.until('the sentinel', () => s.events.some(({ id }) => id === last.id), 30_000)
+  t.same(ids(fromAfter.events), [polled[2].id, polled[3].id, last.id], 'after: the changes after it')
+  t.same(ids(fromLastEventId.events), [polled[3].id, last.id], 'Last-Event-ID, not after')
+  t.same(ids(fromTheEnd.events), [last.id], 'from the last one: only what is new')
+})
+
+t.test('resource_id: only that resource\'s changes, from the cursor and live', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const other = ordersPath('app-a', 'other-api')
+  await change(harness, 'DELETE', ['p_read_orders'])
+  await change(harness, 'DELETE', ['p_other'], other)
+  await change(harness, 'POST', ['p_read_orders'])
+  await change(harness, 'POST', ['p_other'], other)
+  const polled = await poll(harness, '&resource_id=other-api')
+  t.same(polled.map((entry) => [entry.resource_id, entry.action]), [['other-api', 'unauthorized'], ['other-api', 'granted']])
+
+  const s = await stream(t, harness, '?resource_id=other-api')
+  await s.until('the two changes of other-api', () => s.events.length >= 2)
+  t.same(s.events.map((event) => JSON.parse(event.data)), polled)
+  // Live: one of orders-api, then one of other-api; only the second is sent.
+  await change(harness, 'DELETE', ['p_read_orders'])
+  const requestId = await change(harness, 'DELETE', ['p_other'], other)
+  await s.until('the live change of other-api', () => s.events.length >= 3, 30_000)
+  const entries = s.events.map((event) => JSON.parse(event.data) as FeedEntry)
+  t.same(entries.map((entry) => entry.resource_id), ['other-api', 'other-api', 'other-api'])
+  t.equal(entries[2].request_id, requestId)
+  t.ok(increasing(ids(s.events)))
+})
+
+t.test('an idle stream gets a heartbeat comment every FEED_HEARTBEAT_MS, and no event', async (t) => {
+  const harness = await build(t, { FEED_HEARTBEAT_MS: '200' })
+  const s = await stream(t, harness)
+  // Five at 200 ms are a second; the deadline is for a loaded machine, not a measure.
+  await s.until('five heartbeats', () => s.comments.length >= 5, 10_000)
+  t.ok(s.comments.every((comment) => comment === 'heartbeat'), 'each ": heartbeat"')
+  t.same(s.events, [])
+  t.match(s.text(), /^retry: 1000\n\n(: heartbeat\n\n)+$/, 'nothing else on the wire')
+})
+
+t.test('a consumer that stops reading is cut when changes come while more than FEED_STREAM_BUFFER_BYTES wait for it; one reading normally gets every change; the count returns to 0', async (t) => {
+  const logs = captureLogs()
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '4096', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  await harness.seed(ordersFixture())
+  const slow = await stream(t, harness, '', { paused: true })
+  const reader = await stream(t, harness)
+  t.equal(harness.app.feed.streams, 2)
+  // About 17 MB of changes, far more than the sockets' buffers hold (loopback's reach a few MB:
+  // the paused consumer had taken about 4 MB when it was cut), written by SQL in four transactions:
+  // each change ~2.1 KB (40 ids of 40 characters).
+  const batches = 4
+  const perBatch = 2000
+  for (let batch = 0; batch < batches; batch++) {
+    await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+      SELECT 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'flood-${batch}-' || n FROM generate_series(1, $1::int) AS n`, [perBatch])
+  }
+  await until('the slow consumer cut', () => harness.app.feed.streams === 1, 60_000)
+  t.equal(harness.app.feed.cut, 1, 'counted as cut')
+  t.ok(logs.lines.some((line) => line.msg === 'change feed: consumer too slow, disconnected' && line.bufferBytes === 4096), 'logged')
+  await reader.until('every change, by the consumer that reads', () => reader.events.length >= batches * perBatch, 60_000)
+  const recorded = (await harness.db.query<{ id: string }>('SELECT id FROM permission_changes ORDER BY id')).rows.map(({ id }) => id)
+  t.equal(reader.events.length, recorded.length)
+  t.ok(ids(reader.events).every((id, index) => id === recorded[index]), 'every change once, in order')
+  t.equal(reader.outcome, undefined, 'the reader is still connected')
+
+  slow.resume()
+  t.equal(await slow.finished, 'cut', 'the slow consumer sees its connection closed, not an end')
+  t.ok(slow.events.length < recorded.length, `it had read ${slow.events.length} of ${recorded.length}`)
+  t.ok(increasing(ids(slow.events)), 'what it got is in order: it resumes with Last-Event-ID')
+
+  // The reader still follows.
+  await sentinel(t, harness, reader)
+  t.equal(reader.events.length, recorded.length + 1)
+  reader.close()
+  await until('no stream counted', () => harness.app.feed.streams === 0)
+})
+
+t.test('FEED_MAX_STREAMS=2: a third stream → 503 overloaded with Retry-After, polling still answers; once one closes a new one is admitted', async (t) => {
+  const harness = await build(t, { FEED_MAX_STREAMS: '2' })
+  const first = await stream(t, harness)
+  const second = await stream(t, harness)
+  t.same([first.status, second.status], [200, 200])
+  const third = await stream(t, harness)
+  t.equal(third.status, 503)
+  t.match(third.headers['content-type'], /^application\/problem\+json(;|$)/)
+  t.match(third.headers['retry-after'], /^\d+$/)
+  t.equal(await third.finished, 'end', 'a whole answer, not a stream')
+  t.match(JSON.parse(third.text()), { type: '/problems/overloaded', status: 503 })
+  t.equal(harness.app.feed.streams, 2)
+  t.equal((await harness.request('/permission_changes', { token: readToken() })).status, 200, 'polling')
+
+  first.close()
+  await until('the closed stream counted out', () => harness.app.feed.streams === 1)
+  const fourth = await stream(t, harness)
+  t.equal(fourth.status, 200)
+  t.equal(harness.app.feed.streams, 2)
+  await fourth.until('its retry field', () => fourth.retries.length === 1)
+})
+
+t.test('fastify.close() with a stream open: it resolves promptly and the stream ends cleanly (its last chunk), not reset', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  await change(harness, 'DELETE', ['p_read_orders'])
+  const s = await stream(t, harness)
+  await s.until('the change', () => s.events.length === 1)
+  const started = Date.now()
+  await harness.app.close()
+  const tookMs = Date.now() - started
+  t.ok(tookMs < 5_000, `closed in ${tookMs} ms`)
+  t.equal(await s.finished, 'end')
+  t.equal(harness.app.feed.streams, 0)
+})
+
+t.test('a cursor below the prune mark → 410 changes-pruned as problem+json, no stream; at the mark or without one, a stream', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const { rows } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+    SELECT now() - interval '40 days', 'orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'old-' || n FROM generate_series(1, 3) AS n RETURNING id`)
+  const old = rows.map(({ id }) => id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
+  await change(harness, 'DELETE', ['p_read_orders'])
+  t.equal(await pruneChanges(harness.db, 30), 3)
+  const [kept] = await poll(harness)
+
+  for (const [what, query, headers] of [
+    ['after', `?after=${old[0]}`, {}],
+    ['Last-Event-ID', '', { 'last-event-id': old[1] }]
+  ] as const) {
+    const s = await stream(t, harness, query, { headers })
+    t.equal(s.status, 410, what)
+    t.match(s.headers['content-type'], /^application\/problem\+json(;|$)/, what)
+    t.equal(await s.finished, 'end', `${what}: a whole answer`)
+    t.match(JSON.parse(s.text()), { type: '/problems/changes-pruned', status: 410, pruned_through: old[2] }, what)
+    t.same(s.retries, [], `${what}: no stream started`)
+  }
+  t.equal(harness.app.feed.streams, 0, 'none counted')
+
+  for (const query of [`?after=${old[2]}`, '']) {
+    const s = await stream(t, harness, query)
+    t.equal(s.status, 200, query || 'no cursor')
+    await s.until('the change kept', () => s.events.length === 1)
+    t.same(ids(s.events), [kept.id], query || 'no cursor: from the oldest kept')
+  }
+})
+
+t.test('HEAD with Accept: text/event-stream answers without starting a stream', async (t) => {
+  const harness = await build(t)
+  const head = await harness.request('/permission_changes', { method: 'HEAD', token: readToken(), headers: { accept: 'text/event-stream' } })
+  t.equal(head.status, 200)
+  t.equal(head.text, '')
+  t.notMatch(head.headers.get('content-type') ?? '', /event-stream/)
+  t.equal(harness.app.feed.streams, 0)
+})
+
+t.test('the LISTEN connection terminated: changes still arrive, and the listener connects again', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const s = await stream(t, harness)
+  // This database's only: other test files' listeners share the cluster.
+  const listeners = async () => (await harness.db.query<{ pid: number }>(
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'")).rows.map(({ pid }) => pid)
+  await until('the LISTEN connection', async () => (await listeners()).length === 1)
+  const [pid] = await listeners()
+  t.same((await harness.db.query('SELECT pg_terminate_backend($1) AS terminated', [pid])).rows, [{ terminated: true }])
+
+  const first = await change(harness, 'DELETE', ['p_read_orders'])
+  await s.until('the change made after the connection was lost', () => s.events.length >= 1, 30_000)
+  await until('a new LISTEN connection', async () => { const pids = await listeners(); return pids.length === 1 && pids[0] !== pid }, 30_000)
+  const second = await change(harness, 'POST', ['p_read_orders'])
+  await s.until('the change made after it reconnected', () => s.events.length >= 2, 30_000)
+  t.same(s.events.map((event) => (JSON.parse(event.data) as FeedEntry).request_id), [first, second])
+})
+
+t.test('a transaction left open holds back the changes after it; once it commits its change comes first, then the rest, in id order', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const s = await stream(t, harness)
+  const held = await harness.db.connect()
+  let heldId: string
+  const made: string[] = []
+  try {
+    await held.query('BEGIN')
+    heldId = (await held.query<{ id: string }>(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+      VALUES ('orders-api', 'app-c', 'granted', ARRAY['p_read_orders'], 'held') RETURNING id`)).rows[0].id
+    made.push(await change(harness, 'DELETE', ['p_read_orders']))
+    made.push(await change(harness, 'POST', ['p_read_orders']))
+    made.push(await change(harness, 'DELETE', ['p_read_invoices']))
+    const history = await harness.request(historyPath(), { token: readToken() })
+    t.equal((history.body as FeedEntry[]).length, 3, 'committed: the client\'s history lists them')
+    // Several of the reader's looks (each second, and on every notification): not one may send them.
+    await sleep(3_000)
+    t.same(s.events, [], 'nothing sent while the older transaction is open')
+    t.same(await poll(harness), [], 'nor polled')
+    await held.query('COMMIT')
+  } finally {
+    await held.query('ROLLBACK').catch(() => {})
+    held.release()
+  }
+  await s.until('the four changes', () => s.events.length >= 4, 30_000)
+  const entries = s.events.map((event) => JSON.parse(event.data) as FeedEntry)
+  t.equal(entries[0].id, heldId!, 'the held change first')
+  t.same(entries.map((entry) => entry.request_id), ['held', ...made], 'then the others, as made')
+  t.ok(increasing(ids(s.events)), 'ids strictly increasing')
+  t.same(ids(s.events), ids(await poll(harness)), 'as polled')
+})
