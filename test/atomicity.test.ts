@@ -84,3 +84,36 @@ async function deleteStuckPastItsTimeout (t: Test, env: Record<string, string>) 
   }
   t.equal(await count(), before, 'the timed-out DELETE was rolled back, not committed once the lock went')
 }
+
+// Changes of one authorization are applied one after the other, each seeing what the one before it
+// did: the locks are taken before the change statement's snapshot.
+t.test('a DELETE that waits for a POST of the same id to commit removes what the POST granted', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const granted = async () => (await harness.db.query(
+    "SELECT 1 FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-a' AND permission_id = 'p_update_refunds'")).rowCount
+  t.equal(await granted(), 0)
+  // A POST on another replica, mid-transaction: its locks taken and its grant made, not committed.
+  const post = await harness.db.connect()
+  t.teardown(() => post.release())
+  await post.query(`BEGIN;
+    SELECT pg_advisory_xact_lock(hashtext('orders-api'), hashtext('app-a'));
+    SELECT FROM authorizations WHERE resource_id = 'orders-api' AND client_id = 'app-a' FOR UPDATE;
+    INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('orders-api', 'app-a', 'p_update_refunds')`)
+  const pending = harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: ['p_update_refunds'] })
+  let waiting = false
+  for (let attempt = 0; attempt < 100 && !waiting; attempt++) {
+    const { rowCount } = await harness.db.query(`
+      SELECT 1 FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%' AND pid <> $1`, [(post as unknown as { processID: number }).processID])
+    waiting = rowCount! > 0
+    if (!waiting) await sleep(50)
+  }
+  t.ok(waiting, 'the DELETE waits for the POST')
+  await post.query('COMMIT')
+  const res = await pending
+  t.equal(res.status, 204)
+  t.equal(await granted(), 0, 'the grant the POST made is removed')
+  const { rows } = await harness.db.query("SELECT action, permission_ids FROM permission_changes WHERE client_id = 'app-a' ORDER BY id")
+  t.same(rows.at(-1), { action: 'unauthorized', permission_ids: ['p_update_refunds'] }, 'and the history says so')
+})

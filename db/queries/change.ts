@@ -5,22 +5,16 @@ import { primaryPosition } from '../lsn.js'
 import { STATEMENT_TIMEOUT_MS, type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
 
 // What the DELETE and the POST share ($1 resource id, $2 client id, $3 permission ids, $4 the versions
-// an If-Match accepts, NULL for none): the target, its authorization locked (so two callers holding
-// the same tag are served one after the other, and the second sees the first's version), whether
-// the precondition holds, and whether every id is a permission of the resource (one index scan).
-// The lock is taken in two steps: first a lock of the authorization's own (an advisory lock, which
-// needs no transaction id), then the row. A change's history id is its transaction's id (migration
-// 0007), which the row lock would take before waiting; taken after the first lock, one
-// authorization's ids are in the order its changes were applied, in the history and in the feed.
-// The change joins `locked`, so both locks are taken before it writes anything (the sub-statements
-// of a WITH run in no set order otherwise; without If-Match the precondition does not read it).
+// an If-Match accepts, NULL for none): the target, its authorization row locked (against writers
+// other than this service, and held already: authorizationLocks), whether the precondition holds,
+// and whether every id is a permission of the resource (one index scan). The change joins
+// `locked`, so the row is locked before it writes anything (the sub-statements of a WITH run in no
+// set order otherwise; without If-Match the precondition does not read it).
 const changeContext = `
   target AS (
     SELECT ${targetColumns}
-  ), serialized AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))
   ), locked AS MATERIALIZED (
-    SELECT version FROM authorizations, serialized WHERE resource_id = $1 AND client_id = $2 FOR UPDATE OF authorizations
+    SELECT version FROM authorizations WHERE resource_id = $1 AND client_id = $2 FOR UPDATE
   ), precondition AS (
     SELECT $4::bigint[] IS NULL OR coalesce((SELECT version FROM locked) = ANY ($4::bigint[]), false) AS met
   ), known AS (
@@ -121,6 +115,24 @@ export interface ChangeResult extends Target {
 const versionAfterSql = 'SELECT version::text FROM authorizations WHERE resource_id = $1 AND client_id = $2'
 
 /**
+ * One change at a time per authorization, its locks taken in statements before the change, for two
+ * reasons. The change statement's snapshot is taken after them, so a change that waited for
+ * another sees what that one did (a lock waited for inside the statement re-reads the locked row
+ * only: a DELETE behind a POST of the same id answered 204 and left it granted). And the first is
+ * an advisory lock of the authorization's own, which needs no transaction id, so the change takes
+ * its id (its history id, migration 0007) only once it holds it: one authorization's ids follow
+ * the order its changes were applied, in the history and in the feed. Then the row, which writers
+ * other than this service lock too (a grant's count moves with it). The advisory key is the pair
+ * of ids' hashes (a collision only serializes two authorizations). Sent with BEGIN in one simple
+ * query, so no round trip of their own: the ids are escaped as literals by pg.
+ */
+function authorizationLocks (client: pg.PoolClient, { resourceId, clientId }: Pick<ChangeInput, 'resourceId' | 'clientId'>): string {
+  const [resource, clientLiteral] = [client.escapeLiteral(resourceId), client.escapeLiteral(clientId)]
+  return `SELECT pg_advisory_xact_lock(hashtext(${resource}), hashtext(${clientLiteral}));
+    SELECT FROM authorizations WHERE resource_id = ${resource} AND client_id = ${clientLiteral} FOR UPDATE`
+}
+
+/**
  * One change of a client's grants on a resource, all or nothing: one statement that changes only
  * when the client is authorized, the precondition holds and every id is a permission of the
  * resource, in an explicit transaction with a server-side statement timeout. COMMIT is sent only
@@ -133,7 +145,7 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
     // One round trip; the timeout is transaction-scoped, so nothing leaks to the next user of a
     // pooled server connection.
     const timeout = Math.trunc(options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS)
-    await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}`)
+    await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}; ${authorizationLocks(client, input)}`)
     const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, unknown_permission_ids: string[], changed: string, change_id: string | null, version_before: string | null }>(
       statement(name, text, [
         input.resourceId, input.clientId, input.permissionIds, input.ifMatch ?? null,

@@ -46,8 +46,8 @@ export interface paths {
          *     `id` and whose `data:` is its JSON, from `after` or the `Last-Event-ID` header (which wins),
          *     and then each new change within about a second of its commit; a comment line (`:`) at least
          *     every `FEED_HEARTBEAT_MS` (10 s) keeps gateways from closing an idle stream. A consumer that
-         *     reads slower than changes arrive is disconnected once `FEED_STREAM_BUFFER_BYTES` wait for
-         *     it, and resumes with `Last-Event-ID`; beyond `FEED_MAX_STREAMS` open streams on a replica a
+         *     reads slower than changes arrive is disconnected once more than `FEED_STREAM_BUFFER_BYTES`
+         *     wait for it besides the last page it was given, and resumes with `Last-Event-ID`; beyond `FEED_MAX_STREAMS` open streams on a replica a
          *     new one answers 503 `overloaded`; on shutdown streams end, and clients reconnect elsewhere.
          *
          *     **Retention.** The prune command deletes old changes; a cursor older than the newest change

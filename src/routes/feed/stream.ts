@@ -1,9 +1,10 @@
 // The change feed as Server-Sent Events. The stream's first page is read before anything is sent,
 // so a pruned cursor still gets its 410, then it is caught up and kept live by the shared reader
-// (src/feed-hub.ts). What waits for a consumer is bounded: a consumer that still has more than
-// FEED_STREAM_BUFFER_BYTES to read when more is to be written (one more page of the shared reader,
-// a heartbeat) is disconnected, and resumes with Last-Event-ID where it stopped. Catching up, a
-// stream is never cut: it reads its next page once its consumer has taken the last.
+// (src/feed-hub.ts). What waits for a consumer is bounded: a consumer that, when the shared reader
+// has more for it, still has more than FEED_STREAM_BUFFER_BYTES to read besides what it was given
+// last (a consumer keeping up may still be reading the last page) is disconnected, and resumes
+// with Last-Event-ID where it stopped. Catching up, a stream is never cut: it reads its next page
+// once its consumer has taken the last.
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { ServerResponse } from 'node:http'
@@ -25,6 +26,8 @@ class EventStream implements FeedSubscriber, OpenStream {
   readonly body = new Readable({ read () {} })
   after: bigint
   closed = false
+  /** Bytes of the last write: a consumer keeping up may still be reading them. */
+  #lastWrite = 0
   readonly #closed: Promise<void>
   #markClosed!: () => void
 
@@ -46,7 +49,11 @@ class EventStream implements FeedSubscriber, OpenStream {
 
   write (changes: readonly EncodedChange[], live: boolean): void {
     if (live && this.#fallenBehind()) return
-    for (const { bytes } of changes) this.#push(bytes)
+    this.#lastWrite = 0
+    for (const { bytes } of changes) {
+      this.#push(bytes)
+      this.#lastWrite += bytes.length
+    }
   }
 
   // Only on an idle stream: one with bytes still waiting is not idle to a gateway, and a consumer
@@ -86,10 +93,10 @@ class EventStream implements FeedSubscriber, OpenStream {
   }
 
   // A consumer too slow to take what is written is cut off rather than buffered for without bound:
-  // what waits for it is at most the bound plus one write.
+  // what waits for it is at most the bound plus two writes.
   #fallenBehind (): boolean {
     if (this.closed) return true
-    if (this.waiting <= this.bufferBytes) return false
+    if (this.waiting <= this.bufferBytes + this.#lastWrite) return false
     this.#close()
     this.onTooSlow()
     this.response.destroy()
