@@ -309,10 +309,15 @@ t.test('a change feed stream through the gateway: sent through as written, open 
     t.teardown(() => opened.close())
     return opened
   }
-  const polled = await send(port, 'GET', '/permission_changes?limit=500')
-  t.equal(polled.status, 200)
-  // From the newest change: what the stream then sends is new.
-  const newest = (JSON.parse(polled.body) as Array<{ id: string }>).at(-1)?.id
+  // From the newest change: what the stream then sends is new. Read once the feed shows it (a
+  // transaction open elsewhere on the test cluster holds changes back for a while).
+  const { rows: [{ committed }] } = await db.query<{ committed: string | null }>('SELECT max(id)::text AS committed FROM permission_changes')
+  let newest: string | undefined
+  for (const deadline = Date.now() + 30_000; newest !== (committed ?? undefined) && Date.now() < deadline; await sleep(50)) {
+    const polled = await send(port, 'GET', `/permission_changes?limit=500${newest === undefined ? '' : `&after=${newest}`}`)
+    t.equal(polled.status, 200)
+    newest = (JSON.parse(polled.body) as Array<{ id: string }>).at(-1)?.id ?? newest
+  }
 
   const stream = await open(port, newest)
   t.equal(stream.status, 200)

@@ -18,6 +18,13 @@ import { deleteToken, readToken, token } from './tokens.js'
 const database = await ownPostgres(t)
 const harness = await build(t, { DATABASE_URL: database.url })
 await seedDatabase(harness.app.db, ordersFixture())
+// The first change of the feed, recorded so by another writer 40 days ago: pruned later, a cursor
+// below it answers 410 (a prune deletes the first changes of the feed only, so it goes before the
+// scenario records any).
+const { rows: old } = await harness.app.db.query<{ id: string }>(`
+  INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+  VALUES (now() - interval '40 days', 'orders-api', 'app-a', 'granted', '{p_read_orders}', 'old')
+  RETURNING id::text`)
 
 const prismPort = await freePort()
 const prism: ChildProcess = endsWithTest(spawn(join(projectRoot, 'node_modules', '.bin', 'prism'), [
@@ -102,11 +109,6 @@ t.test('POST, conditional requests and the history through Prism: 204, 304, 412,
 // Polling only: a stream never ends, and Prism validates an answer once it has the whole of it.
 t.test('the change feed polled through Prism: 200 with its Link, 401, 403, 410', async (t) => {
   const reader = bearer(readToken())
-  // Recorded so by another writer 40 days ago, then pruned: a cursor below them answers 410.
-  const { rows: old } = await harness.app.db.query<{ id: string }>(`
-    INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
-    VALUES (now() - interval '40 days', 'orders-api', 'app-a', 'granted', '{p_read_orders}', 'old')
-    RETURNING id::text`)
   // The changes the scenario made before, readable once no older transaction is open on the server.
   let page = await viaPrism(`${feedPath}?limit=2&resource_id=orders-api`, { authorization: reader })
   for (const deadline = Date.now() + 20_000; JSON.parse(page.text).length < 2 && Date.now() < deadline;) {
