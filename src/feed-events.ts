@@ -1,24 +1,12 @@
-// A change of the feed as the API shows it: one JSON entry of a page, or one Server-Sent Event
-// (HTML Living Standard §9.2) whose id is the entry's id and whose data is the same JSON.
+// A change of the feed as the API shows it: one entry of a page (JSON text from db/queries/feed.ts),
+// or one Server-Sent Event (HTML Living Standard §9.2) whose id is the entry's id and whose data is
+// the same JSON (on one line: JSON escapes every line break inside strings).
 import type { FeedChange } from '../db/queries/feed.js'
 
-/** The entry, as in the spec's FeedChange. */
-export function feedEntry (change: FeedChange) {
-  return {
-    id: change.id,
-    at: change.at.toISOString(),
-    resource_id: change.resourceId,
-    client_id: change.clientId,
-    action: change.action,
-    permission_ids: change.permissionIds,
-    // A claim the token did not carry is undefined here, and the serializer leaves it out.
-    actor: { sub: change.actor.sub, client_id: change.actor.clientId },
-    request_id: change.requestId
-  }
-}
+/** A page of the feed, as the JSON array the spec describes. */
+export const feedPage = (changes: readonly FeedChange[]): string => `[${changes.map(({ entry }) => entry).join(',')}]`
 
-// JSON.stringify escapes every line break inside strings, so the data fits on one `data:` line.
-export const feedEvent = (change: FeedChange): Buffer => Buffer.from(`id: ${change.id}\ndata: ${JSON.stringify(feedEntry(change))}\n\n`)
+export const feedEvent = (change: FeedChange): Buffer => Buffer.from(`id: ${change.id}\ndata: ${change.entry}\n\n`)
 
 /** A comment line: ignored by EventSource, it keeps a gateway from closing an idle stream. */
 export const HEARTBEAT = Buffer.from(': heartbeat\n\n')

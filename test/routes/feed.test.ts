@@ -307,3 +307,21 @@ t.test('a change behind a transaction still open is held back with every later o
   t.ok(increasing(resumed.entries.map(({ id }) => id)), 'ids strictly increasing')
   t.same((await poll()).entries, [before, ...resumed.entries], 'from the start: the same order')
 })
+
+t.test('entries are JSON written by PostgreSQL: any text comes back as it was recorded, the time as toISOString gives it', async (t) => {
+  const hostile = ['quote " and backslash \\ and slash /', 'line\nbreak\ttab\u0001control', 'separator \u2028 and \u2029', 'emoji 🔑 and ü']
+  const { rows: [row] } = await harness.db.query<{ id: string, at: Date }>(`
+    INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, actor_sub, actor_client_id, request_id)
+    VALUES ($1, $2, 'unauthorized', $3, $4, NULL, $5) RETURNING id::text, at`, [hostile[0], hostile[1], hostile, hostile[2], hostile[3]])
+  const [entry] = await settled(1)
+  t.same(entry, {
+    id: row.id,
+    at: row.at.toISOString(),
+    resource_id: hostile[0],
+    client_id: hostile[1],
+    action: 'unauthorized',
+    permission_ids: hostile,
+    actor: { sub: hostile[2] },
+    request_id: hostile[3]
+  })
+})
