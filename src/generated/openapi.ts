@@ -300,9 +300,9 @@ export interface components {
          *     | `/problems/unknown-permissions` | 422 | some ids are not permissions of the resource; `unknown_permission_ids` lists them |
          *     | `/problems/database-unavailable` | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query); retry after `Retry-After` seconds |
          *     | `/problems/keys-unavailable` | 503 | the identity provider's key set (`JWKS_URL`) has never been fetched and cannot be now |
-         *     | `/problems/overloaded` | 503 | more requests than this replica can serve now, answered at once instead of queued: no database connection became free within `DATABASE_CONNECTION_WAIT_MS` (1 s) or the database refused one more, the database cancelled a statement past `DATABASE_STATEMENT_TIMEOUT_MS` (5 s), or the event loop lags; nothing was changed; retry after `Retry-After` seconds |
+         *     | `/problems/overloaded` | 503 | more requests than this replica can serve now, answered at once instead of queued: no database connection became free within `DATABASE_CONNECTION_WAIT_MS` (1 s) or the database refused one more, the database cancelled a statement past `DATABASE_STATEMENT_TIMEOUT_MS` (5 s), or the event loop lags, or (a change feed stream) `FEED_MAX_STREAMS` streams are open already; nothing was changed; retry after `Retry-After` seconds |
          *     | `/problems/starting` | 503 | (readiness only) this replica has started, but no sample has found its event loop calm yet |
-         *     | `/problems/shutting-down` | 503 | (readiness only) this replica is shutting down |
+         *     | `/problems/shutting-down` | 503 | (readiness, and a change feed stream asked for while closing) this replica is shutting down |
          *     | `about:blank` | any | a plain HTTP error (unknown route, wrong method, body too large, unsupported media type, request timeout, headers too large, malformed HTTP or URL, internal error); `title` is the RFC 9110 status phrase. Errors of the HTTP layer itself (malformed HTTP or URL, 408, 431) are answered before authentication |
          */
         Problem: {
