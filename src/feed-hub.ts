@@ -57,12 +57,7 @@ export class FeedHub {
     this.#poll = setInterval(() => this.wake(), options.pollMs).unref()
   }
 
-  /** Subscribers following the shared reader. */
-  get liveCount (): number {
-    return this.#live.size
-  }
-
-  encode (changes: readonly FeedChange[]): EncodedChange[] {
+  #encode (changes: readonly FeedChange[]): EncodedChange[] {
     return changes.map((change) => ({ id: BigInt(change.id), resourceId: change.resourceId, bytes: this.#options.encode(change) }))
   }
 
@@ -72,7 +67,7 @@ export class FeedHub {
    */
   async follow (subscriber: FeedSubscriber, page: FeedPage): Promise<void> {
     for (;;) {
-      this.#deliver(subscriber, this.encode(page.changes), this.#readThrough(page), false)
+      this.#deliver(subscriber, this.#encode(page.changes), this.#readThrough(page), false)
       if (subscriber.closed) return
       // Live writes wait for nobody: a consumer joins them only once it has taken what it was given.
       await subscriber.room()
@@ -133,7 +128,7 @@ export class FeedHub {
           continue
         }
         const through = this.#readThrough(page)
-        const changes = this.encode(page.changes)
+        const changes = this.#encode(page.changes)
         for (const subscriber of this.#live) {
           this.#deliver(subscriber, changes, through, true)
           if (subscriber.closed) this.#live.delete(subscriber)
