@@ -5,7 +5,7 @@
 import fp from 'fastify-plugin'
 import { ChangeListener } from '../db/change-listener.js'
 import { databaseErrorSummary } from '../db/errors.js'
-import { readFeed } from '../db/queries/feed.js'
+import { type FeedInput, type FeedPage, readFeed } from '../db/queries/feed.js'
 import { FEED_PAGE_SIZE, feedEvent } from '../src/feed-events.js'
 import { FeedHub } from '../src/feed-hub.js'
 import { problems } from '../src/problems.js'
@@ -19,6 +19,8 @@ export interface OpenStream {
 
 export interface ChangeFeed {
   readonly hub: FeedHub
+  /** A page of the feed from the primary, as the streams read it. */
+  read: (input: FeedInput) => Promise<FeedPage>
   /** Streams open now. */
   readonly streams: number
   /** Streams cut since the start because their consumer read too slowly. */
@@ -43,8 +45,9 @@ export default fp(async function feed (fastify) {
   // connection the migrations use, when given. Without one, the reader's own polling (each
   // second) still brings every change.
   const listener = new ChangeListener({ connectionString: config.MIGRATIONS_DATABASE_URL ?? config.DATABASE_URL! })
+  const read = (input: FeedInput) => readFeed(fastify.db, input, { prepared: config.DATABASE_PREPARED_STATEMENTS })
   const hub = new FeedHub({
-    read: (input) => readFeed(fastify.db, input, { prepared: config.DATABASE_PREPARED_STATEMENTS }),
+    read,
     encode: feedEvent,
     pageSize: FEED_PAGE_SIZE,
     heldBackRetryMs: 100,
@@ -62,6 +65,7 @@ export default fp(async function feed (fastify) {
 
   fastify.decorate('feed', {
     hub,
+    read,
     get streams () { return streams.size },
     get cut () { return cut },
     tooSlow () { cut++ },

@@ -40,6 +40,13 @@ export interface FeedPage {
   position?: string
 }
 
+/**
+ * The horizon of the statement's own snapshot (pg_current_snapshot() is the active snapshot): its
+ * xmin, the oldest transaction still running, in ids (migration 0007: xid × 65536 + n). Every
+ * change that will ever have a smaller id is visible now.
+ */
+export const feedHorizon = 'pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536'
+
 // $1 after (or NULL), $2 limit, [$3 resource id]. The snapshot whose xmin bounds the page is the
 // statement's own (pg_current_snapshot() is the active snapshot), so the horizon and the rows read
 // agree. NULL after: from -1, below every id.
@@ -50,7 +57,7 @@ export const feedSql = (byResource: boolean, position: boolean) => `
       -- may be planned as a scan of the whole table.
       coalesce((SELECT max(id) FROM permission_changes) >= horizon, false) AS held_back,
       (SELECT through_id FROM permission_changes_pruned) AS pruned_through${position ? ', ' + positionColumn : ''}
-    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 AS horizon) AS snapshot
+    FROM (SELECT ${feedHorizon} AS horizon) AS snapshot
   )
   SELECT bounds.*, c.id, c.resource_id,
     -- Compact, in the spec's order (json_build_object would put spaces around every colon):

@@ -2,6 +2,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type pg from 'pg'
 import { positionColumn } from '../lsn.js'
+import { feedHorizon } from './feed.js'
 import { type Queryable, type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
 
 export interface PermissionChange {
@@ -82,15 +83,11 @@ export async function listPermissionChanges (db: Queryable, input: ChangeHistory
 
 // What a prune may delete ($1 days): the first changes of the feed (migration 0007), every one before
 // the first recorded within the last $1 days, and only below the feed's horizon, so that a change
-// still to commit (it would be numbered below the horizon no more) never lands under the mark.
-const pruneBound = `least(
-  coalesce((SELECT id FROM permission_changes WHERE at >= now() - make_interval(days => $1) ORDER BY id LIMIT 1), ${2n ** 63n - 1n}),
-  pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536)`
+// still to commit (numbered at or above the horizon) never lands under the mark.
+const firstKept = `coalesce((SELECT id FROM permission_changes WHERE at >= now() - make_interval(days => $1) ORDER BY id LIMIT 1), ${2n ** 63n - 1n})`
+const pruneBound = `least(${firstKept}, ${feedHorizon})`
 // Whether changes the prune would delete wait above the horizon, for transactions still open.
-const pruneHeldSql = `
-  SELECT max(id) >= pg_snapshot_xmin(pg_current_snapshot())::text::bigint * 65536 AS held
-  FROM permission_changes
-  WHERE id < coalesce((SELECT id FROM permission_changes WHERE at >= now() - make_interval(days => $1) ORDER BY id LIMIT 1), ${2n ** 63n - 1n})`
+const pruneHeldSql = `SELECT max(id) >= ${feedHorizon} AS held FROM permission_changes WHERE id < ${firstKept}`
 
 /**
  * Deletes the changes recorded more than `days` days ago, in feed order (a change goes only with

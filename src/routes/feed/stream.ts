@@ -10,7 +10,6 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { readFeed } from '../../../db/queries/feed.js'
 import { FEED_PAGE_SIZE, HEARTBEAT, RECONNECT_AFTER } from '../../feed-events.js'
 import type { EncodedChange, FeedSubscriber } from '../../feed-hub.js'
 import type { OpenStream } from '../../../plugins/feed.js'
@@ -137,7 +136,7 @@ export async function streamFeed (fastify: FastifyInstance, request: FastifyRequ
   reply.raw.once('close', gone)
   let page
   try {
-    page = await readFeed(fastify.db, { after, limit: FEED_PAGE_SIZE, resourceId }, { prepared: config.DATABASE_PREPARED_STATEMENTS })
+    page = await feed.read({ after, limit: FEED_PAGE_SIZE, resourceId })
     assertNotPruned(after, page)
   } catch (error) {
     feed.release(stream)
