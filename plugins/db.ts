@@ -38,7 +38,8 @@ export default fp(async function db (fastify) {
   const { config } = fastify
   const { DATABASE_URL, MIGRATIONS_DATABASE_URL } = config
   if (!DATABASE_URL) throw new Error('DATABASE_URL is required')
-  // Sent with each new connection; behind a transaction pooler they belong on the role (README).
+  // Sent with each new connection; behind a transaction pooler they belong on the role
+  // (docs/operations.md, PgBouncer).
   const settings = config.DATABASE_POOLER === 'transaction'
     ? {}
     : {

@@ -262,7 +262,7 @@ async function measureList (scale: Scale): Promise<void> {
   }
 }
 
-/** EXPLAIN (ANALYZE, BUFFERS) of each list statement as the service runs it, for the README. */
+/** EXPLAIN (ANALYZE, BUFFERS) of each list statement as the service runs it, for docs/performance.md. */
 async function explainList (scale: Scale): Promise<void> {
   const sections: string[] = []
   for (const scenario of listScenarios) {

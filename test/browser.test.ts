@@ -1,7 +1,8 @@
 // Swagger UI as a newcomer uses it, in a real browser (Debian's chromium, driven by playwright-core):
-// Authorize with a token, Execute the list, the pre-filled DELETE and the change feed, and a call
-// without a token.
-// Screenshots of each step go to reports/browser/ for people to look at.
+// every operation of the spec listed, Authorize with a token, Execute the list, the pre-filled
+// DELETE and the change feed, and a call without a token.
+// Screenshots of each step go to reports/browser/ for people to look at. UPDATE_DOCS_SCREENSHOT=1
+// also writes the operations' screenshot to docs/screenshots/swagger-ui.png, which the README shows.
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
 import { mkdir, readFile } from 'node:fs/promises'
@@ -10,7 +11,8 @@ import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { chromium, type Locator, type Page } from 'playwright-core'
 import t from 'tap'
-import { projectRoot } from '../src/project-root.js'
+import { parse } from 'yaml'
+import { projectRoot, specPath } from '../src/project-root.js'
 import { build } from './helper.js'
 import { token } from './tokens.js'
 
@@ -68,6 +70,12 @@ async function authorize (value?: string) {
   await dialog.waitFor({ state: 'detached' })
 }
 
+// Every operation of the spec, as Swagger UI labels it: "GET /healthz".
+const methods = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace']
+const spec = parse(await readFile(specPath, 'utf8')) as { paths: Record<string, Record<string, unknown>> }
+const specOperations = Object.entries(spec.paths)
+  .flatMap(([path, item]) => methods.filter((method) => method in item).map((method) => `${method.toUpperCase()} ${path}`))
+
 t.test('Swagger UI at /docs shows the operations near the top', async (t) => {
   await page.goto(`${harness.baseUrl}/docs`)
   const list = page.locator('#operations-permissions-listClientPermissions')
@@ -79,6 +87,21 @@ t.test('Swagger UI at /docs shows the operations near the top', async (t) => {
   t.ok(await feed.isVisible(), 'the change feed is listed')
   t.match(await feed.locator('.opblock-summary').textContent(), /GET\s*\/permission_changes/)
   await shoot('1-docs')
+})
+
+t.test('Swagger UI lists every operation of openapi/openapi.yaml, each once, and no other', async (t) => {
+  t.ok(specOperations.length >= 7, `the spec was read: ${specOperations.join(', ')}`)
+  const listed = await page.locator('.opblock').evaluateAll((blocks) => blocks.map((block) =>
+    `${block.querySelector('.opblock-summary-method')?.textContent?.trim()} ${block.querySelector('[data-path]')?.getAttribute('data-path')}`))
+  t.same([...listed].sort(), [...specOperations].sort(), 'the page lists the spec\'s operations, each once')
+  // The operations, from the title to the last of them: the picture the README shows.
+  const last = await page.locator('.opblock').last().boundingBox()
+  t.ok(last, 'the last operation has a box')
+  const operations = { path: join(screenshots, '0-operations.png'), fullPage: true, clip: { x: 0, y: 0, width: 1280, height: Math.ceil((last?.y ?? 0) + (last?.height ?? 0) + 24) } }
+  await page.screenshot(operations)
+  if (process.env.UPDATE_DOCS_SCREENSHOT === '1') {
+    await page.screenshot({ ...operations, path: join(projectRoot, 'docs', 'screenshots', 'swagger-ui.png') })
+  }
 })
 
 t.test('Authorize with a token, Execute the list with the pre-filled ids → 200 and the demo permissions', async (t) => {

@@ -1,4 +1,4 @@
-// Dependencies point one way, down this list (README "How it is built"):
+// Dependencies point one way, down this list (docs/architecture.md):
 //   src/app.ts, src/server.ts   the application and the process
 //   src/routes/                 the operations
 //   plugins/                    cross-cutting concerns of the Fastify instance
