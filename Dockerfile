@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
 # Build: compile TypeScript with the dev dependencies. Runtime: production dependencies only,
 # the compiled code, the contract and the migrations, run as the unprivileged `node` user.
+# Node 22 (LTS), the newest 22.x: one of the versions package.json's engines names
+# (test/node-versions.test.ts). Both stages use the same one.
 
 FROM node:22-bookworm-slim AS build
 WORKDIR /app

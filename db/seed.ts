@@ -1,9 +1,19 @@
 // Loads resources, clients, permissions and authorizations from a JSON document in one
 // transaction. Re-loading the same document changes nothing; a bad one loads nothing and the
 // error names the offending entry.
+//
+// The demo data and the change history agree: `npm start` seeds db/demo-data.json at every start,
+// which grants again what a user unauthorized since, and it records those grants in the history as
+// `granted` by the actor "demo-seed" (one request id per start), exactly the ids it added. The
+// history is append-only (migration 0006), so resetting it with the demo data is not an option the
+// database leaves, and a record says what happened: "unauthorized by you, granted again by the demo
+// seed at the next start". A seeding without `recordAs` (db:seed, the tests' fixtures) records nothing.
 import { Ajv } from 'ajv'
 import type pg from 'pg'
-import { authorizeClient, upsertClient, upsertPermission, upsertResource } from './queries/seeding.js'
+import { authorizeClient, lockAuthorizations, type SeedActor, upsertClient, upsertPermission, upsertResource } from './queries/seeding.js'
+
+/** The actor `npm start` records its seeding of the demo data as (src/server.ts). */
+export const DEMO_SEED_ACTOR = 'demo-seed'
 
 export interface SeedData {
   resources?: Array<{ id: string, name?: string }>
@@ -79,7 +89,12 @@ function explain (where: string, error: unknown): Error {
 
 export interface SeedCounts { resources: number, clients: number, permissions: number, authorizations: number, grants: number }
 
-export async function seedDatabase (pool: pg.Pool, data: SeedData): Promise<SeedCounts> {
+export interface SeedOptions {
+  /** Record each grant the document adds in the change history, as granted by this actor. */
+  recordAs?: SeedActor
+}
+
+export async function seedDatabase (pool: pg.Pool, data: SeedData, { recordAs }: SeedOptions = {}): Promise<SeedCounts> {
   const counts: SeedCounts = { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }
   const client = await pool.connect()
   // Runs one step, saying which entry of the document the database refused.
@@ -92,6 +107,9 @@ export async function seedDatabase (pool: pg.Pool, data: SeedData): Promise<Seed
   }
   try {
     await client.query('BEGIN')
+    // Before any write: the history's order of each authorization's changes is the order they
+    // were applied in (db/queries/seeding.ts lockAuthorizations).
+    if (recordAs) await lockAuthorizations(client, data.authorizations ?? [])
     for (const [index, resource] of (data.resources ?? []).entries()) {
       await step(`resources[${index}] "${resource.id}"`, () => upsertResource(client, resource))
       counts.resources++
@@ -109,7 +127,7 @@ export async function seedDatabase (pool: pg.Pool, data: SeedData): Promise<Seed
     }
     for (const [index, { resource_id: resourceId, client_id: clientId, permission_ids: ids = [] }] of (data.authorizations ?? []).entries()) {
       const where = `authorizations[${index}] (resource "${resourceId}", client "${clientId}")`
-      counts.grants += await step(where, () => authorizeClient(client, resourceId, clientId, ids))
+      counts.grants += await step(where, () => authorizeClient(client, resourceId, clientId, ids, recordAs))
       counts.authorizations++
     }
     await client.query('COMMIT')

@@ -2,4 +2,4 @@
 // (scripts/migrate-command.ts).
 import { migrateCommand } from './migrate-command.js'
 
-await migrateCommand()
+process.exitCode = await migrateCommand(process.argv.slice(2))

@@ -1,4 +1,4 @@
-// npm run db:explain [-- GRANTS]: the plans of the service's statements on a large data set.
+// npm run -s db:explain [-- GRANTS]: the plans of the service's statements on a large data set.
 // Builds a throwaway embedded cluster (or uses DATABASE_URL, which it fills: use an empty database),
 // generates GRANTS grants (default 1,000,000) inside PostgreSQL with generate_series — the same
 // data as npm run bench (scripts/bench/data.ts) — and prints EXPLAIN (ANALYZE, BUFFERS) of each
@@ -12,12 +12,20 @@ import { listGrantedPermissionsSql } from '../db/queries/list.js'
 import { parseSortBy } from '../db/queries/sort.js'
 import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
+import { type Command, processCommandLine, usageError } from './command.js'
 
-const total = Number(process.argv[2] ?? 1_000_000)
-if (!Number.isInteger(total) || total < 2_000) {
-  console.error('GRANTS must be an integer of at least 2000')
-  process.exit(2)
-}
+const command = {
+  usage: 'npm run -s db:explain [-- GRANTS]',
+  about: 'Prints EXPLAIN (ANALYZE, BUFFERS) of each of the service\'s statements, prepared as the service runs them,\n' +
+    'on GRANTS generated grants (default 1000000, at least 2000; the data of npm run bench). Builds a throwaway\n' +
+    'embedded cluster, or fills DATABASE_URL: give it an empty database.',
+  options: {},
+  allowPositionals: true
+} satisfies Command
+const { positionals } = processCommandLine(command)
+if (positionals.length > 1) process.exit(usageError(command, `one GRANTS count, not ${positionals.length} arguments`))
+const total = Number(positionals[0] ?? 1_000_000)
+if (!Number.isInteger(total) || total < 2_000) process.exit(usageError(command, 'GRANTS must be an integer of at least 2000'))
 
 const database = await givenOrThrowawayPostgres(process.env.DATABASE_URL)
 

@@ -6,8 +6,16 @@ import { readFile, writeFile } from 'node:fs/promises'
 import { join, relative } from 'node:path'
 import openapiTS, { astToString } from 'openapi-typescript'
 import { projectRoot, specJsonPath } from '../src/project-root.js'
+import { type Command, processCommandLine } from './command.js'
 import { buildOperations } from './generate/operations.js'
 import { dereferencedSpec, specAsWritten } from './spec.js'
+
+const command = {
+  usage: 'npm run -s generate [-- --check]',
+  about: 'Writes src/generated/ and openapi/openapi.json from openapi/openapi.yaml.',
+  options: { check: { type: 'boolean', about: 'write nothing; exit 1 when the generated files differ from the spec' } }
+} satisfies Command
+const { values: { check = false } } = processCommandLine(command)
 
 const generatedDir = join(projectRoot, 'src', 'generated')
 const banner = (what: string) =>
@@ -27,7 +35,6 @@ async function render (): Promise<Map<string, string>> {
   ])
 }
 
-const check = process.argv.includes('--check')
 const stale: string[] = []
 for (const [file, content] of await render()) {
   const current = await readFile(file, 'utf8').catch(() => undefined)

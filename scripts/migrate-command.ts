@@ -3,10 +3,20 @@
 import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir } from '../src/project-root.js'
-import { type DatabaseIo, processOutput } from './command.js'
+import { type Command, type DatabaseIo, processOutput, readCommandLine } from './command.js'
 import { withDatabase } from './database.js'
 
-export async function migrateCommand (io: DatabaseIo = { ...processOutput, withDatabase }): Promise<void> {
+const command = {
+  usage: 'npm run -s db:migrate',
+  about: 'Applies the pending migrations (db/migrations/) to DATABASE_URL, or to the local embedded database,\n' +
+    'and names them. The service also migrates at start.',
+  options: {}
+} satisfies Command
+
+/** Returns the exit code: 0 migrated (or --help), 2 bad arguments. A failed migration throws. */
+export async function migrateCommand (args: string[], io: DatabaseIo = { ...processOutput, withDatabase }): Promise<number> {
+  const commandLine = readCommandLine(command, args, io)
+  if (typeof commandLine === 'number') return commandLine
   await io.withDatabase(async (url) => {
     const pool = new pg.Pool({ connectionString: url, max: 1 })
     try {
@@ -16,4 +26,5 @@ export async function migrateCommand (io: DatabaseIo = { ...processOutput, withD
       await pool.end()
     }
   })
+  return 0
 }

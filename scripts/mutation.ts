@@ -10,6 +10,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { projectRoot } from '../src/project-root.js'
+import { type Command, processCommandLine, usageError } from './command.js'
 import { runBin, withTestDatabase } from './test-database.js'
 
 interface Area { name: string, mutate: string[], testFiles: string[], concurrency?: number }
@@ -75,12 +76,20 @@ const areas: Area[] = [
   }
 ]
 
-const incremental = process.argv.includes('--incremental')
-const chosen = process.argv.slice(2).filter((arg) => arg !== '--incremental')
+const command = {
+  usage: 'npm run -s mutation -- [AREA...] [--incremental]',
+  about: 'Stryker over every module with behaviour, against a throwaway embedded PostgreSQL or TEST_DATABASE_URL,\n' +
+    `one run per AREA: ${areas.map(({ name }) => name).join(', ')} (default: every one).\n` +
+    'Reports: reports/mutation/AREA.{json,html}.',
+  options: {
+    incremental: { type: 'boolean', default: false, about: 'rerun only the mutants whose code or covering test files changed since the last incremental run' }
+  },
+  allowPositionals: true
+} satisfies Command
+const { values: { incremental }, positionals: chosen } = processCommandLine(command)
 const unknown = chosen.filter((name) => !areas.some((area) => area.name === name))
 if (unknown.length > 0) {
-  console.error(`unknown area ${unknown.join(', ')}; the areas: ${areas.map(({ name }) => name).join(', ')}`)
-  process.exit(2)
+  process.exit(usageError(command, `unknown area ${unknown.join(', ')}; the areas: ${areas.map(({ name }) => name).join(', ')}`))
 }
 const toRun = chosen.length > 0 ? areas.filter(({ name }) => chosen.includes(name)) : areas
 

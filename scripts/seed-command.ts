@@ -6,16 +6,25 @@ import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
 import { assertSeedData, SeedError, seedDatabase } from '../db/seed.js'
 import { migrationsDir } from '../src/project-root.js'
-import { type DatabaseIo, processOutput } from './command.js'
+import { type Command, type DatabaseIo, processOutput, readCommandLine, usageError } from './command.js'
 import { withDatabase } from './database.js'
 
-/** Returns the exit code: 0 loaded, 1 nothing loaded (the reason on err), 2 usage. */
+const command = {
+  usage: 'npm run -s db:seed -- FILE.json',
+  about: 'Applies the pending migrations to DATABASE_URL, or to the local embedded database, then loads\n' +
+    'FILE.json ({resources, clients, permissions, authorizations}, as db/demo-data.json) in one transaction.\n' +
+    'A file that is not valid loads nothing, and each of its problems is named.',
+  options: {},
+  allowPositionals: true
+} satisfies Command
+
+/** Returns the exit code: 0 loaded (or --help), 1 nothing loaded (the reason on err), 2 usage. */
 export async function seedCommand (args: string[], io: DatabaseIo = { ...processOutput, withDatabase }): Promise<number> {
-  const file = args[0]
-  if (!file) {
-    io.err('Usage: npm run db:seed -- FILE.json')
-    return 2
-  }
+  const commandLine = readCommandLine(command, args, io)
+  if (typeof commandLine === 'number') return commandLine
+  const [file, ...more] = commandLine.positionals
+  if (!file) return usageError(command, 'FILE.json is missing', io)
+  if (more.length > 0) return usageError(command, `one file at a time, not ${commandLine.positionals.length}`, io)
 
   let data: unknown
   try {

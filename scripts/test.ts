@@ -1,5 +1,21 @@
 // npm test: runs tap against a real PostgreSQL: TEST_DATABASE_URL when given, else a throwaway
-// embedded cluster made for this run. Arguments pass through to tap (npm test -- test/x.test.ts).
+// embedded cluster made for this run. Arguments pass through to tap (npm test -- test/x.test.ts),
+// so tap judges them; only --help/-h is answered here, before any database is made.
+import { type Command, helpOf } from './command.js'
 import { runWithTestDatabase } from './test-database.js'
 
-await runWithTestDatabase('tap', process.argv.slice(2))
+const command = {
+  usage: 'npm test [-- [TAP OPTIONS] [TEST FILES]]',
+  about: 'Runs tap on every test/**/*.test.ts, or on the files given, against TEST_DATABASE_URL or a throwaway\n' +
+    'embedded PostgreSQL made for the run. Every argument goes to tap: its options are in `npx tap --help`.',
+  options: {}
+} satisfies Command
+
+const args = process.argv.slice(2)
+// After `--` every argument is a file name, even one that looks like -h.
+const options = args.includes('--') ? args.slice(0, args.indexOf('--')) : args
+if (options.includes('--help') || options.includes('-h')) {
+  console.log(helpOf(command))
+  process.exit(0)
+}
+await runWithTestDatabase('tap', args)

@@ -1,44 +1,29 @@
 // What `npm run -s token` does, as a function: scripts/token.ts runs it as a process, tests run it
 // in-process. Prints only a token signed with JWT_SECRET (or the local secret `npm start` uses), so
-// TOKEN=$(npm run -s token) works. Bad arguments get one line on stderr and exit 2; --help prints
-// the usage.
-import { parseArgs } from 'node:util'
+// TOKEN=$(npm run -s token) works. Without --scope the token carries every scope the API's
+// operations ask for (everyScope, as `npm start`'s demo token), so each of them can be tried.
 import { type Config, isProduction, loadConfig } from '../src/config.js'
-import { signToken, withLocalDefaults } from '../src/local-dev.js'
-import { type Output, processOutput } from './command.js'
+import { everyScope, signToken, withLocalDefaults } from '../src/local-dev.js'
+import { type Command, type Output, processOutput, readCommandLine, usageError } from './command.js'
 
-const usage = 'usage: npm run -s token -- [--scope "read:resource delete:resource"] [--expires-in SECONDS]'
+const command = {
+  usage: 'npm run -s token -- [--scope SCOPES] [--expires-in SECONDS]',
+  about: 'Prints a token signed with JWT_SECRET, or the local secret `npm start` uses, and nothing else:\n' +
+    'TOKEN=$(npm run -s token) works. Without --scope it carries every scope the API\'s operations use.',
+  options: {
+    scope: { type: 'string', value: 'SCOPES', default: everyScope.join(' '), about: 'the scopes it carries, space-separated' },
+    'expires-in': { type: 'string', value: 'SECONDS', default: '3600', about: 'how long it is valid' }
+  }
+} satisfies Command
 
 /** Returns the exit code: 0 printed, 1 nothing to sign with, 2 bad arguments. */
 export async function tokenCommand (args: string[], env: Record<string, string | undefined> = process.env, io: Output = processOutput): Promise<number> {
-  let values
-  try {
-    ({ values } = parseArgs({
-      args,
-      options: {
-        scope: { type: 'string', default: 'read:resource delete:resource' },
-        'expires-in': { type: 'string', default: '3600' },
-        help: { type: 'boolean', short: 'h', default: false }
-      }
-    }))
-  } catch (error) {
-    // parseArgs says which argument it did not expect; the usage says what it does.
-    io.err(`${(error as Error).message.split('\n')[0]} (${usage})`)
-    return 2
-  }
-  if (values.help) {
-    io.out(usage)
-    return 0
-  }
+  const commandLine = readCommandLine(command, args, io)
+  if (typeof commandLine === 'number') return commandLine
+  const { values } = commandLine
   const expiresIn = Number(values['expires-in'])
-  if (!/^\d+$/.test(values['expires-in']) || expiresIn <= 0) {
-    io.err('--expires-in must be a positive whole number of seconds')
-    return 2
-  }
-  if (!values.scope.trim()) {
-    io.err('--scope must name at least one scope')
-    return 2
-  }
+  if (!/^\d+$/.test(values['expires-in']) || expiresIn <= 0) return usageError(command, '--expires-in must be a positive whole number of seconds', io)
+  if (!values.scope.trim()) return usageError(command, '--scope must name at least one scope', io)
 
   let config: Config
   try {

@@ -11,7 +11,7 @@ import feed from '../plugins/feed.js'
 import lifecycle from '../plugins/lifecycle.js'
 import metrics from '../plugins/metrics.js'
 import pressure from '../plugins/pressure.js'
-import { audiencesOf, type Config, jwksOverNetworkHttp, jwtKeyOf, scopeClaimsOf, tokenTypeOf } from './config.js'
+import { audiencesOf, type Config, isProduction, jwksOverNetworkHttp, jwtKeyOf, scopeClaimsOf, tokenTypeOf } from './config.js'
 import { operations } from './generated/operations.js'
 import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler } from './error-handler.js'
@@ -20,17 +20,28 @@ import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import changeFeed from './routes/feed/index.js'
 import healthRoutes from './routes/health.js'
 import permissionRoutes from './routes/permissions/index.js'
+import problemPages from './routes/problems.js'
 import { validatorCompiler } from './validation.js'
 
 export interface AppOptions { config: Config }
 
-/** Options for the Fastify instance that runs the app: limits and logging the contract relies on. */
-export function serverOptions (config: Config): FastifyHttpOptions<Server> {
+export interface ServerOutput {
+  /** Whether the process's stdout is a terminal (process.stdout.isTTY): a person reads the logs. */
+  stdoutIsTerminal?: boolean
+}
+
+/**
+ * Options for the Fastify instance that runs the app: limits and logging the contract relies on.
+ * Logs are JSON lines, except in development with a terminal on stdout: pino-pretty's lines then,
+ * written by pino's transport after the same redaction and serializers.
+ */
+export function serverOptions (config: Config, { stdoutIsTerminal = false }: ServerOutput = {}): FastifyHttpOptions<Server> {
   return {
     logger: {
       level: config.LOG_LEVEL,
       redact: { paths: ['req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' },
-      serializers: { req: serializeRequest, res: serializeReply }
+      serializers: { req: serializeRequest, res: serializeReply },
+      ...(stdoutIsTerminal && !isProduction(config) ? { transport: prettyLogs } : {})
     },
     requestIdHeader: false,
     genReqId: requestIdOf,
@@ -60,6 +71,10 @@ export function serverOptions (config: Config): FastifyHttpOptions<Server> {
     return503OnClosing: false
   }
 }
+
+// https://github.com/pinojs/pino-pretty: the time of day, the level and the message first; pid and
+// hostname say nothing on a laptop.
+const prettyLogs = { target: 'pino-pretty', options: { translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' } }
 
 // What a log line says of a request: the route it matched, and the URL without secrets a client
 // may have put in the query string.
@@ -117,6 +132,7 @@ async function app (fastify: FastifyInstance, { config }: AppOptions) {
   await fastify.register(healthRoutes)
   await fastify.register(permissionRoutes)
   await fastify.register(changeFeed)
+  await fastify.register(problemPages)
   registerMethodNotAllowed(fastify)
 }
 

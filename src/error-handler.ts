@@ -35,19 +35,85 @@ function messageOf (issue: ValidationIssue, location: FieldError['location']): s
   const hint = issue.parentSchema?.['x-pattern-hint']
   if (issue.keyword === 'pattern' && hint) return `must be ${hint}`
   if (location === 'body' && issue.instancePath === '' && issue.keyword === 'type') return `must be ${EXPECTED_BODY}`
-  if (location === 'query' && issue.keyword === 'additionalProperties') return 'is not a parameter of this operation'
   return issue.message ?? 'is invalid'
 }
 
-function fieldErrors (error: FastifyError): FieldError[] {
+// The names callers guess for a parameter, from other APIs, and what to tell them: each hint is
+// given only when the operation has the parameter it names (cursor is after on the feed, before
+// on a history; since on a history, which has no after, gets none).
+const GUESSED_NAMES: ReadonlyArray<{ names: readonly string[], parameter: string, hint: string }> = [
+  { names: ['page', 'pagenumber', 'pageno', 'pagenum', 'pageindex'], parameter: 'offset', hint: 'offset is the page number' },
+  { names: ['perpage', 'pagesize', 'size', 'max', 'top', 'take'], parameter: 'limit', hint: 'limit is the page size' },
+  { names: ['sort', 'order', 'orderby', 'ordering', 'sortorder', 'sortkey'], parameter: 'sort_by', hint: 'did you mean sort_by?' },
+  { names: ['cursor', 'since', 'from', 'startafter', 'lastid', 'lasteventid'], parameter: 'after', hint: 'after is the cursor: the id of the last change seen' },
+  { names: ['cursor', 'until', 'startbefore', 'lastid'], parameter: 'before', hint: 'before is the cursor: the id of the last change seen' }
+]
+const squashed = (name: string) => name.toLowerCase().replace(/[-_. ]/g, '')
+
+// Optimal string alignment distance (edits, and swaps of two neighbours), given up on past `most`.
+function editDistance (a: string, b: string, most: number): number {
+  if (Math.abs(a.length - b.length) > most) return most + 1
+  let before: number[] = []
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i]
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1))
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) current[j] = Math.min(current[j], before[j - 2] + 1)
+    }
+    [before, previous] = [previous, current]
+  }
+  return previous[b.length]
+}
+
+/**
+ * What to tell a caller who sent the query parameter `name`, which the operation (whose parameters
+ * are `parameters`) does not have: the parameter it spells differently (`sortBy`, `LIMIT`), the
+ * one other APIs call that (`page`, `per_page`, `cursor`), or one a typo away (`limt`); else nothing.
+ */
+export function parameterHint (name: string, parameters: readonly string[]): string | undefined {
+  const guess = squashed(name)
+  const spelled = parameters.find((parameter) => squashed(parameter) === guess)
+  if (spelled) return `did you mean ${spelled}?`
+  const known = GUESSED_NAMES.find(({ names, parameter }) => names.includes(guess) && parameters.includes(parameter))
+  if (known) return known.hint
+  // One edit for short names, two for longer ones: `lim` is no typo of `limit`, `resource` is of `resource_id`.
+  let nearest: { parameter: string, distance: number } | undefined
+  for (const parameter of parameters) {
+    const most = Math.min(guess.length, parameter.length) <= 4 ? 1 : 2
+    const distance = editDistance(guess, squashed(parameter), most)
+    if (distance <= most && (!nearest || distance < nearest.distance)) nearest = { parameter, distance }
+  }
+  return nearest && `did you mean ${nearest.parameter}?`
+}
+
+const NOT_A_PARAMETER = 'is not a parameter of this operation'
+
+// Every query parameter the operation does not have, each named, with a hint when one is close:
+// Ajv stops at the first, and a caller who guessed one name may have guessed several.
+function unknownParameterErrors (issue: ValidationIssue, request?: FastifyRequest): FieldError[] {
+  const schema = request?.routeOptions.schema?.querystring as { properties?: Record<string, unknown> } | undefined
+  const parameters = Object.keys(schema?.properties ?? {})
+  const sent = request && typeof request.query === 'object' && request.query !== null ? Object.keys(request.query) : []
+  const unknown = sent.filter((name) => !parameters.includes(name))
+  const named = issue.params.additionalProperty
+  if (unknown.length === 0 && typeof named === 'string') unknown.push(named)
+  return unknown.map((name) => {
+    const hint = parameterHint(name, parameters)
+    return { location: 'query', pointer: `/${name}`, message: hint ? `${NOT_A_PARAMETER} (${hint})` : NOT_A_PARAMETER }
+  })
+}
+
+function fieldErrors (error: FastifyError, request?: FastifyRequest): FieldError[] {
   const location = validationLocations.get(error.validationContext) ?? 'body'
-  return (error.validation as ValidationIssue[]).map((issue) => {
+  return (error.validation as ValidationIssue[]).flatMap((issue) => {
+    if (location === 'query' && issue.keyword === 'additionalProperties') return unknownParameterErrors(issue, request)
     const named = issue.params.missingProperty ?? issue.params.additionalProperty
-    return {
+    return [{
       location,
       pointer: issue.instancePath + (typeof named === 'string' ? `/${named}` : ''),
       message: messageOf(issue, location)
-    }
+    }]
   })
 }
 
@@ -66,7 +132,7 @@ export function toProblem (error: FastifyError, request?: FastifyRequest): Probl
   if (error.validation && error.validationContext === 'body' && request && request.body === undefined) {
     return problems.malformedBody(`The body is empty; send ${EXPECTED_BODY}.`)
   }
-  if (error.validation) return problems.invalidRequest(fieldErrors(error))
+  if (error.validation) return problems.invalidRequest(fieldErrors(error, request))
   const known = error.code ? fastifyProblems[error.code] : undefined
   if (known) return known(error)
   // JSON.parse and secure-json-parse reject bad JSON and __proto__ keys with a 400 SyntaxError.

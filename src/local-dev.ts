@@ -10,6 +10,7 @@ import {
   attachEmbeddedPostgres, isOrphaned, type RunningPostgres, runningPostmaster, startEmbeddedPostgres, stopPostmaster
 } from '../db/embedded-postgres.js'
 import { audiencesOf, type Config, isProduction, jwtKeyOf } from './config.js'
+import { operations } from './generated/operations.js'
 import { projectRoot } from './project-root.js'
 
 export const localDataDir = join(projectRoot, '.data')
@@ -61,6 +62,14 @@ export async function withLocalDefaults (config: Config, database?: RunningPostg
   if (!jwtKeyOf(filled)) filled.JWT_SECRET = await localJwtSecret()
   return filled
 }
+
+/**
+ * Every scope an operation of the spec asks for (src/generated/operations.ts), each once, in the
+ * spec's order: what the demo token carries, so every operation Swagger UI shows can be tried.
+ */
+export const everyScope: readonly string[] = [
+  ...new Set(Object.values(operations).flatMap(({ config }) => 'scopes' in config ? config.scopes : []))
+]
 
 /** A token signed with the configured HS256 secret, for trying the API by hand. */
 export function signToken (config: Config, scope: string, expiresInSeconds: number): string {

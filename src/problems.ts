@@ -1,14 +1,136 @@
-// RFC 9457 problem details: the problem types openapi/openapi.yaml documents (its table in the
-// Problem schema; test/problem-catalogue.test.ts keeps the two in step). src/error-handler.ts turns
-// every error into one of them.
+// RFC 9457 problem details: the catalogue of the problem types this service sends (each one's title,
+// status, when it happens and what to do: the spec's table in the Problem schema says the same,
+// test/problem-catalogue.test.ts keeps the two in step, and GET /problems/{name} serves each entry),
+// and the Problem errors made of them. src/error-handler.ts turns every error into one.
 import { STATUS_CODES } from 'node:http'
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json'
 const RETRY_AFTER_SECONDS = 5
-export const OVERLOADED = '/problems/overloaded'
+
+export interface ProblemType {
+  /** The `title` every problem of this type carries. */
+  readonly title: string
+  readonly status: number
+  /** When it happens, in the spec's words (CommonMark: names in backticks). */
+  readonly when: string
+  /** What the caller can do about it (CommonMark). */
+  readonly whatToDo: string
+}
+
+/** Every problem type, by name: its `type` is `/problems/<name>`. */
+export const problemTypes = {
+  'invalid-request': {
+    title: 'Invalid request',
+    status: 400,
+    when: 'a parameter or the body broke the contract: a value out of range or of the wrong form, a header that is not the syntax it takes, or a query parameter the operation does not have; `errors[]` says where (`location`, `pointer`) and why',
+    whatToDo: 'Correct what each entry of `errors[]` names and send the request again. The operations, their parameters and the forms they take are in the API documentation (`/docs`); a query parameter the operation does not have is refused rather than ignored, with a hint when its name is close to one it has (`page`: `offset` is the page number).'
+  },
+  'malformed-body': {
+    title: 'Malformed body',
+    status: 400,
+    when: 'the body is missing, empty, not UTF-8 or not parseable JSON, or its `Content-Length` does not match it; `detail` says what to send',
+    whatToDo: 'Send a JSON array of 1 to 500 permission ids, such as `["perm_read_orders"]`, with `Content-Type: application/json`.'
+  },
+  'missing-credentials': {
+    title: 'Missing credentials',
+    status: 401,
+    when: 'no Bearer token was sent',
+    whatToDo: 'Send the header `Authorization: Bearer <token>` with an access token carrying the operation\'s scope. Locally, `npm start` prints a demo token and `npm run -s token` signs one; elsewhere, ask the identity provider the service trusts.'
+  },
+  'invalid-token': {
+    title: 'Invalid token',
+    status: 401,
+    when: 'the token is malformed, expired, not yet valid or not signed by a trusted key (or its issuer, audience or type is not the one the service is configured with); `detail` and `WWW-Authenticate` say which',
+    whatToDo: 'Get a new token and send the request again. A fresh token that is still refused was issued for another service, or signed by a key this one does not trust.'
+  },
+  'insufficient-scope': {
+    title: 'Insufficient scope',
+    status: 403,
+    when: 'the token lacks the operation\'s scope',
+    whatToDo: 'Send a token carrying the scope that `required_scope` (and `WWW-Authenticate`) names: `read:resource` to read the permissions, the history and the feed, `delete:resource` to unauthorize, `create:resource` to grant.'
+  },
+  'resource-not-found': {
+    title: 'Resource not found',
+    status: 404,
+    when: 'no resource has that id',
+    whatToDo: 'Check the resource id in the path: ids are compared exactly, case included.'
+  },
+  'client-not-found': {
+    title: 'Client not found',
+    status: 404,
+    when: 'no client has that id',
+    whatToDo: 'Check the client id in the path: ids are compared exactly, case included.'
+  },
+  'client-not-authorized': {
+    title: 'Client not authorized on resource',
+    status: 404,
+    when: 'the client exists but is not authorized on the resource',
+    whatToDo: 'Check that the resource and the client are the ones meant. Permissions are granted only within an existing authorization; authorizing a client on a resource is not an operation of this service.'
+  },
+  'changes-pruned': {
+    title: 'Changes pruned',
+    status: 410,
+    when: 'the feed\'s `after` (or `Last-Event-ID`) is older than the newest change the prune command deleted: changes after it are gone',
+    whatToDo: 'Rebuild what you derived from the feed, then read it again without `after`, from the oldest change kept; `pruned_through` names the newest change deleted.'
+  },
+  'precondition-failed': {
+    title: 'Precondition failed',
+    status: 412,
+    when: 'the `If-Match` names no current `ETag`: the grants changed since; nothing was changed',
+    whatToDo: 'GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`.'
+  },
+  'unknown-permissions': {
+    title: 'Unknown permissions',
+    status: 422,
+    when: 'some ids are not permissions of the resource; `unknown_permission_ids` lists them; nothing was changed',
+    whatToDo: 'Correct or drop the ids that `unknown_permission_ids` lists, and send the whole request again.'
+  },
+  'database-unavailable': {
+    title: 'Database unavailable',
+    status: 503,
+    when: 'the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query)',
+    whatToDo: 'Retry after `Retry-After` seconds: DELETE and POST are idempotent, so sending one again is safe. If it lasts, the service\'s database is down or out of reach (its `/readyz` says so too).'
+  },
+  'keys-unavailable': {
+    title: 'Signing keys unavailable',
+    status: 503,
+    when: 'the identity provider\'s key set (`JWKS_URL`) has never been fetched and cannot be now',
+    whatToDo: 'Retry after `Retry-After` seconds. The token is not at fault: if it lasts, the identity provider or the service\'s `JWKS_URL` is.'
+  },
+  overloaded: {
+    title: 'Overloaded',
+    status: 503,
+    when: 'more requests than this replica can serve now, answered at once instead of queued: no database connection became free within `DATABASE_CONNECTION_WAIT_MS` (1 s) or the database refused one more, the database cancelled a statement past `DATABASE_STATEMENT_TIMEOUT_MS` (5 s), or the event loop lags, or (a change feed stream) `FEED_MAX_STREAMS` streams are open already; nothing was changed',
+    whatToDo: 'Retry after `Retry-After` seconds, and spread retries out rather than sending them all at once. A change feed consumer refused a stream can poll instead.'
+  },
+  starting: {
+    title: 'Starting',
+    status: 503,
+    when: '(readiness only) this replica has started, but no sample has found its event loop calm yet',
+    whatToDo: 'Nothing, or send the request to another replica: this one is sent traffic once a sample finds its event loop calm and `/readyz` answers 200.'
+  },
+  'shutting-down': {
+    title: 'Shutting down',
+    status: 503,
+    when: '(readiness, and a change feed stream asked for while closing) this replica is shutting down',
+    whatToDo: 'Send the request to another replica: the gateway stops sending traffic here. A change feed consumer reconnects with `Last-Event-ID` and resumes where it was.'
+  }
+} as const satisfies Record<string, ProblemType>
+
+export type ProblemName = keyof typeof problemTypes
+
+/** The `type` of the problems named `name`: a relative URI that opens its page (GET /problems/{name}). */
+export const problemTypeUri = (name: ProblemName) => `/problems/${name}`
+
+/** The catalogue entry of a name, if it is one (own keys only: `constructor` is no problem type). */
+export function problemTypeOf (name: string): ProblemType | undefined {
+  return Object.hasOwn(problemTypes, name) ? problemTypes[name as ProblemName] : undefined
+}
+
+export const OVERLOADED = problemTypeUri('overloaded')
 // Readiness's answers while a replica is not (or no longer) to take traffic: its lifecycle, not a fault.
-export const STARTING = '/problems/starting'
-export const SHUTTING_DOWN = '/problems/shutting-down'
+export const STARTING = problemTypeUri('starting')
+export const SHUTTING_DOWN = problemTypeUri('shutting-down')
 
 // RFC 9110 renamed two phrases that Node still spells the old way.
 const currentPhrases: Record<number, string> = { 413: 'Content Too Large', 422: 'Unprocessable Content' }
@@ -49,123 +171,82 @@ export class Problem extends Error {
 
 export interface FieldError { location: 'path' | 'query' | 'header' | 'body', pointer: string, message: string }
 
+type ProblemInit = ConstructorParameters<typeof Problem>[0]
+
+/** A problem of a type of the catalogue: its type, status and title come from there. */
+function ofType (name: ProblemName, init: Omit<ProblemInit, 'status' | 'type' | 'title'>): Problem {
+  const { status, title } = problemTypes[name]
+  return new Problem({ ...init, status, type: problemTypeUri(name), title })
+}
+
 export const problems = {
-  invalidRequest: (errors: FieldError[]) => new Problem({
-    status: 400,
-    type: '/problems/invalid-request',
-    title: 'Invalid request',
+  invalidRequest: (errors: FieldError[]) => ofType('invalid-request', {
     detail: errors.map(({ location, pointer, message }) => `${location}${pointer} ${message}`).join('; '),
     extensions: { errors }
   }),
-  malformedBody: (detail: string) => new Problem({
-    status: 400, type: '/problems/malformed-body', title: 'Malformed body', detail
-  }),
-  missingCredentials: () => new Problem({
-    status: 401,
-    type: '/problems/missing-credentials',
-    title: 'Missing credentials',
+  malformedBody: (detail: string) => ofType('malformed-body', { detail }),
+  missingCredentials: () => ofType('missing-credentials', {
     detail: 'This operation needs a Bearer token in the Authorization header.',
     headers: { 'www-authenticate': 'Bearer' }
   }),
-  invalidToken: (description: string) => new Problem({
-    status: 401,
-    type: '/problems/invalid-token',
-    title: 'Invalid token',
+  invalidToken: (description: string) => ofType('invalid-token', {
     detail: description,
     headers: { 'www-authenticate': `Bearer error="invalid_token", error_description="${description}"` }
   }),
-  insufficientScope: (scopes: readonly string[]) => new Problem({
-    status: 403,
-    type: '/problems/insufficient-scope',
-    title: 'Insufficient scope',
+  insufficientScope: (scopes: readonly string[]) => ofType('insufficient-scope', {
     detail: `This operation needs the scope ${scopes.join(' ')}.`,
     extensions: { required_scope: scopes.join(' ') },
     headers: { 'www-authenticate': `Bearer error="insufficient_scope", scope="${scopes.join(' ')}"` }
   }),
-  resourceNotFound: (resourceId: string) => new Problem({
-    status: 404,
-    type: '/problems/resource-not-found',
-    title: 'Resource not found',
+  resourceNotFound: (resourceId: string) => ofType('resource-not-found', {
     detail: `There is no resource with id "${resourceId}".`
   }),
-  clientNotFound: (clientId: string) => new Problem({
-    status: 404,
-    type: '/problems/client-not-found',
-    title: 'Client not found',
+  clientNotFound: (clientId: string) => ofType('client-not-found', {
     detail: `There is no client with id "${clientId}".`
   }),
-  clientNotAuthorized: (resourceId: string, clientId: string) => new Problem({
-    status: 404,
-    type: '/problems/client-not-authorized',
-    title: 'Client not authorized on resource',
+  clientNotAuthorized: (resourceId: string, clientId: string) => ofType('client-not-authorized', {
     detail: `The client "${clientId}" is not authorized on the resource "${resourceId}".`
   }),
-  unknownPermissions: (resourceId: string, ids: string[], unchanged = 'nothing was removed') => new Problem({
-    status: 422,
-    type: '/problems/unknown-permissions',
-    title: 'Unknown permissions',
+  unknownPermissions: (resourceId: string, ids: string[], unchanged = 'nothing was removed') => ofType('unknown-permissions', {
     detail: `${ids.length === 1 ? 'One id is not a permission' : `${ids.length} ids are not permissions`} of the resource "${resourceId}"; ${unchanged}.`,
     extensions: { unknown_permission_ids: ids }
   }),
-  preconditionFailed: () => new Problem({
-    status: 412,
-    type: '/problems/precondition-failed',
-    title: 'Precondition failed',
+  preconditionFailed: () => ofType('precondition-failed', {
     detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'
   }),
-  changesPruned: (after: string, prunedThrough: string) => new Problem({
-    status: 410,
-    type: '/problems/changes-pruned',
-    title: 'Changes pruned',
+  changesPruned: (after: string, prunedThrough: string) => ofType('changes-pruned', {
     detail: `Changes after ${after} have been pruned (through ${prunedThrough}): they can no longer be read. Start again without after, from the oldest change kept.`,
     extensions: { pruned_through: prunedThrough }
   }),
-  tooManyStreams: (max: number) => new Problem({
-    status: 503,
-    type: OVERLOADED,
-    title: 'Overloaded',
+  tooManyStreams: (max: number) => ofType('overloaded', {
     detail: `This replica already streams the change feed to ${max} consumers. Retry in ${RETRY_AFTER_SECONDS} seconds, or poll.`,
     headers: { 'retry-after': String(RETRY_AFTER_SECONDS) },
     shedReason: 'feed_streams'
   }),
   routeNotFound: () => new Problem({ status: 404, detail: 'There is nothing at this URL.' }),
+  problemTypeNotFound: (name: string) => new Problem({ status: 404, detail: `There is no problem type named "${name}".` }),
   methodNotAllowed: (method: string, allowed: string[]) => new Problem({
     status: 405,
     detail: `${method} is not supported here; use ${allowed.join(' or ')}.`,
     headers: { allow: allowed.join(', ') }
   }),
-  databaseUnavailable: () => new Problem({
-    status: 503,
-    type: '/problems/database-unavailable',
-    title: 'Database unavailable',
+  databaseUnavailable: () => ofType('database-unavailable', {
     detail: `The database cannot be reached. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
     headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
   }),
-  keysUnavailable: () => new Problem({
-    status: 503,
-    type: '/problems/keys-unavailable',
-    title: 'Signing keys unavailable',
+  keysUnavailable: () => ofType('keys-unavailable', {
     detail: `The identity provider's keys cannot be fetched, so the token cannot be checked. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
     headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
   }),
-  overloaded: () => new Problem({
-    status: 503,
-    type: OVERLOADED,
-    title: 'Overloaded',
+  overloaded: () => ofType('overloaded', {
     detail: `The service is overloaded. Retry in ${RETRY_AFTER_SECONDS} seconds.`,
     headers: { 'retry-after': String(RETRY_AFTER_SECONDS) }
   }),
-  starting: () => new Problem({
-    status: 503,
-    type: STARTING,
-    title: 'Starting',
+  starting: () => ofType('starting', {
     detail: 'This replica has started, but its event loop has not been calm yet; send requests to another one.',
     headers: { 'retry-after': '1' }
   }),
-  shuttingDown: () => new Problem({
-    status: 503,
-    type: SHUTTING_DOWN,
-    title: 'Shutting down',
+  shuttingDown: () => ofType('shutting-down', {
     detail: 'This replica is shutting down; send new requests to another one.',
     headers: { 'retry-after': '1' }
   }),

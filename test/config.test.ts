@@ -256,3 +256,40 @@ t.test('production refuses every HS256 secret written in this repository, in one
   t.doesNotThrow(() => loadStartupConfig({ ...deployed, JWT_SECRET: randomBytes(32).toString('base64') }))
   t.throws(() => loadStartupConfig({ ...deployed, JWT_SECRET: 'é'.repeat(31) }), /JWT_SECRET must NOT have fewer than 32 characters/)
 })
+
+// .env.example's entries, `# NAME=value` each: every variable the schema of src/config.ts names, and
+// every one docker-compose.yml reads from the environment (docker-compose only: the postgres
+// containers', the gateway's), and nothing else.
+t.test('.env.example sets nothing: every entry is commented out, every setting is there with its default, and nothing unknown', async (t) => {
+  const example = readFileSync(join(projectRoot, '.env.example'), 'utf8')
+  for (const [index, line] of example.split('\n').entries()) {
+    t.ok(line === '' || line.startsWith('#'), `line ${index + 1} is a comment or blank: ${line}`)
+  }
+  const entries = new Map([...example.matchAll(/^# ?([A-Z][A-Z0-9_]*)=(.*)$/gm)].map(([, name, value]) => [name, value]))
+
+  // The schema's property names, read from the source (the schema is the module's own).
+  const source = readFileSync(join(projectRoot, 'src', 'config.ts'), 'utf8')
+  const schemaText = source.slice(source.indexOf('const schema = {'), source.indexOf('} as const'))
+  const settings = [...schemaText.matchAll(/^ {4}([A-Z][A-Z0-9_]*): \{/gm)].map(([, name]) => name)
+  const defaults = loadConfig({}) as unknown as Record<string, unknown>
+  t.ok(settings.length >= 40, `${settings.length} settings read from src/config.ts`)
+  for (const name of Object.keys(defaults)) t.ok(settings.includes(name), `${name}, which has a default, was read from the schema`)
+
+  // What docker-compose.yml interpolates (${NAME:-default}, ${NAME:?message}); $${NAME} is the container's.
+  const compose = readFileSync(join(projectRoot, 'docker-compose.yml'), 'utf8')
+  const composeDefaults = new Map<string, string>()
+  for (const [, name, operator, rest] of compose.matchAll(/(?<!\$)\$\{([A-Z][A-Z0-9_]*)(:-|:\?|-|\?)?([^}]*)\}/g)) {
+    composeDefaults.set(name, operator === ':-' || operator === '-' ? rest : '')
+  }
+  const composeOnly = [...composeDefaults.keys()].filter((name) => !settings.includes(name))
+  t.ok(composeOnly.length >= 5, `docker-compose-only: ${composeOnly.join(', ')}`)
+
+  t.same([...entries.keys()].sort(), [...new Set([...settings, ...composeOnly])].sort(), 'the schema\'s settings and docker-compose.yml\'s, each once')
+  t.equal(entries.size, [...example.matchAll(/^# ?[A-Z][A-Z0-9_]*=/gm)].length, 'no setting has two entries')
+  for (const name of settings) {
+    const shown = entries.get(name)
+    const value = defaults[name]
+    t.equal(shown, value === undefined ? '' : String(value), `${name}: the entry shows ${value === undefined ? 'no value (unset by default)' : 'the default'}`)
+  }
+  for (const name of composeOnly) t.equal(entries.get(name), composeDefaults.get(name), `${name}: docker-compose.yml's default`)
+})

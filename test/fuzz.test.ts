@@ -5,6 +5,7 @@
 import fc from 'fast-check'
 import t from 'tap'
 import { fastCheckSeed, ordersFixture, ordersPath } from './fixtures.js'
+import { problemTypes } from '../src/problems.js'
 import { build } from './helper.js'
 import { deleteToken, readToken, token } from './tokens.js'
 
@@ -133,6 +134,30 @@ t.test('generated path ids: 400 when the spec refuses them, else 200 or a 404 pr
     }
   }))
   t.pass(`${RUNS} pairs of ids`)
+})
+
+t.test('generated problem type names: 200 for a type of the catalogue, 400 when the spec refuses the name, else a 404 problem; no token needed', async (t) => {
+  const namePattern = /^[a-z]+(-[a-z]+)*$/
+  const name = fc.oneof(
+    fc.constantFrom(...Object.keys(problemTypes), 'constructor', '__proto__', 'toString', 'Overloaded', 'overloaded-', 'a'.repeat(64), 'a'.repeat(65), '%', ' '),
+    fc.stringMatching(/^[a-z-]{1,20}$/),
+    fc.string({ unit: 'binary', maxLength: 70 })
+  )
+  await fc.assert(fc.asyncProperty(name, fc.constantFrom('text/html', 'application/json', '*/*'), async (value, accept) => {
+    // "." and ".." are path segments every URL parser removes; "" names no segment at all.
+    fc.pre(!['', '.', '..'].includes(value))
+    let segment: string
+    try {
+      segment = encodeURIComponent(value)
+    } catch {
+      fc.pre(false) // a lone surrogate cannot be percent-encoded
+      return
+    }
+    const res = await send(`/problems/${segment}`, { headers: { accept } })
+    const expected = Object.hasOwn(problemTypes, value) ? 200 : namePattern.test(value) && value.length <= 64 ? 404 : 400
+    if (res.status !== expected) throw new Error(`${JSON.stringify(value)}: expected ${expected}, got ${res.status} ${res.text.slice(0, 200)}`)
+  }))
+  t.pass(`${RUNS} names`)
 })
 
 const permissionIds = ordersFixture().permissions!.filter(({ resource_id: resource }) => resource === 'orders-api').map(({ id }) => id)

@@ -4,10 +4,11 @@
 import { once } from 'node:events'
 import { createServer, connect, type Socket } from 'node:net'
 import { Writable } from 'node:stream'
-import Fastify, { type FastifyError } from 'fastify'
+import fc from 'fast-check'
+import Fastify, { type FastifyError, type FastifyRequest } from 'fastify'
 import t, { type Test } from 'tap'
 import { ConnectionWaitTimeout, DatabaseUnreachable } from '../db/errors.js'
-import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, toProblem } from '../src/error-handler.js'
+import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, parameterHint, toProblem } from '../src/error-handler.js'
 import { Problem, problems } from '../src/problems.js'
 
 const fastifyError = (init: Partial<FastifyError> & { message?: string }): FastifyError =>
@@ -159,6 +160,73 @@ t.test('field error messages: a pattern in the spec\'s words, a body that is not
   t.equal(messageOf('body', { instancePath: '/0', keyword: 'type', message: 'must be string' }), 'must be string', 'an item of the body')
   t.equal(messageOf('body', { instancePath: '', keyword: 'minItems', message: 'must NOT have fewer than 1 items' }), 'must NOT have fewer than 1 items', 'an empty array')
   t.equal(messageOf('querystring', { instancePath: '', keyword: 'type', message: 'must be object' }), 'must be object', 'not the body')
+})
+
+t.test('a query parameter the operation does not have: each one sent is named, with a hint from the operation\'s own parameters', async (t) => {
+  const unknown = fastifyError({
+    validationContext: 'querystring',
+    validation: [{ instancePath: '', schemaPath: '#/additionalProperties', keyword: 'additionalProperties', message: 'must NOT have additional properties', params: { additionalProperty: 'page' } }]
+  })
+  const request = (query: Record<string, string>, properties: Record<string, unknown>) =>
+    ({ query, routeOptions: { schema: { querystring: { properties } } } }) as unknown as FastifyRequest
+  const listParameters = { limit: {}, offset: {}, sort_by: {} }
+  t.same(toProblem(unknown, request({ page: '2', limit: '5', srot_by: 'x' }, listParameters)).extensions.errors, [
+    { location: 'query', pointer: '/page', message: 'is not a parameter of this operation (offset is the page number)' },
+    { location: 'query', pointer: '/srot_by', message: 'is not a parameter of this operation (did you mean sort_by?)' }
+  ], 'Ajv named the first; the query holds both')
+  t.same(toProblem(unknown, request({ page: '2' }, { after: {}, limit: {} })).extensions.errors, [
+    { location: 'query', pointer: '/page', message: 'is not a parameter of this operation' }
+  ], 'no offset here: no hint naming it')
+  t.same(toProblem(unknown).extensions.errors, [
+    { location: 'query', pointer: '/page', message: 'is not a parameter of this operation' }
+  ], 'without the request, the one Ajv named')
+})
+
+t.test('parameterHint: the same name spelled otherwise, a name other APIs use, or a typo away; else nothing', async (t) => {
+  const list = ['limit', 'offset', 'sort_by']
+  const feed = ['after', 'limit', 'resource_id']
+  const history = ['limit', 'before']
+  const cases: Array<[string, string[], string | undefined]> = [
+    ['page', list, 'offset is the page number'],
+    ['page_number', list, 'offset is the page number'],
+    ['sort', list, 'did you mean sort_by?'],
+    ['order', list, 'did you mean sort_by?'],
+    ['orderBy', list, 'did you mean sort_by?'],
+    ['per_page', list, 'limit is the page size'],
+    ['pageSize', list, 'limit is the page size'],
+    ['size', list, 'limit is the page size'],
+    ['Sort-By', list, 'did you mean sort_by?'],
+    ['limt', list, 'did you mean limit?'],
+    ['lmiit', list, 'did you mean limit?'],
+    ['offest', list, 'did you mean offset?'],
+    ['lim', list, undefined],
+    ['access_token', list, undefined],
+    ['cursor', feed, 'after is the cursor: the id of the last change seen'],
+    ['since', feed, 'after is the cursor: the id of the last change seen'],
+    ['before', feed, undefined],
+    ['page', feed, undefined],
+    ['resource', feed, 'did you mean resource_id?'],
+    ['cursor', history, 'before is the cursor: the id of the last change seen'],
+    ['since', history, undefined],
+    ['page', [], undefined]
+  ]
+  for (const [name, parameters, hint] of cases) t.equal(parameterHint(name, parameters), hint, `${name} among ${parameters.join(', ')}`)
+})
+
+t.test('parameterHint never names a parameter the operation does not have, and answers for a very long name', async (t) => {
+  const all = ['limit', 'offset', 'sort_by', 'after', 'before', 'resource_id']
+  const named = (hint: string) => all.filter((parameter) => new RegExp(`(^|[ ])${parameter}[ ?:]`).test(hint))
+  await fc.assert(fc.property(
+    fc.oneof(fc.constantFrom('page', 'sort', 'order', 'cursor', 'since', 'size', 'per_page', 'limt', 'ofset', 'afterr', 'befor', 'resource'), fc.string({ maxLength: 12 })),
+    fc.subarray(all),
+    (name, parameters) => {
+      const hint = parameterHint(name, parameters)
+      if (hint === undefined) return
+      const mentioned = named(hint)
+      if (mentioned.length !== 1 || !parameters.includes(mentioned[0])) throw new Error(`${name} among [${parameters}]: ${hint}`)
+    }
+  ), { numRuns: 5000 })
+  t.equal(parameterHint('x'.repeat(100_000), all), undefined, 'a name far longer than any parameter: no hint')
 })
 
 t.test('Fastify body errors, by code, as the problems the spec declares', async (t) => {

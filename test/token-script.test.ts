@@ -6,6 +6,7 @@ import { promisify } from 'node:util'
 import { createVerifier } from 'fast-jwt'
 import t from 'tap'
 import { capturedOutput } from '../scripts/command.js'
+import { specAsWritten } from '../scripts/spec.js'
 import { tokenCommand } from '../scripts/token-command.js'
 import { projectRoot } from '../src/project-root.js'
 import { TEST_SECRET } from './tokens.js'
@@ -41,23 +42,50 @@ t.test('prints only a token: one line, verifiable, with the scope and lifetime a
   t.equal(claims.exp - claims.iat, 120)
 })
 
-t.test('--help prints the usage; bad arguments get one line on stderr and exit 2', async (t) => {
-  const help = await token(['--help'])
-  t.equal(help.code, 0)
-  t.match(help.stdout, /^usage: npm run -s token -- \[--scope "read:resource delete:resource"\] \[--expires-in SECONDS\]\n$/)
-  for (const [args, message] of [
-    [['--bogus'], /^Unknown option '--bogus' \(usage: npm run -s token/],
-    [['--scope'], /^Option '--scope <value>' argument missing \(usage:/],
-    [['--expires-in', 'abc'], /^--expires-in must be a positive whole number of seconds$/],
-    [['--expires-in=-5'], /^--expires-in must be a positive whole number of seconds$/],
-    [['--expires-in', '0'], /^--expires-in must be a positive whole number of seconds$/],
-    [['--scope', ' '], /^--scope must name at least one scope$/]
-  ] as Array<[string[], RegExp]>) {
+t.test('without --scope the token carries every scope the spec\'s operations ask for', async (t) => {
+  const spec = await specAsWritten() as { paths: Record<string, Record<string, { security?: Array<Record<string, string[]>> }>> }
+  const specScopes = new Set(Object.values(spec.paths).flatMap((item) => Object.values(item))
+    .flatMap(({ security }) => security ?? []).flatMap((requirement) => Object.values(requirement).flat()))
+  t.ok(specScopes.has('create:resource') && specScopes.has('delete:resource') && specScopes.has('read:resource'), [...specScopes].join(' '))
+  const { code, stdout } = await token([])
+  t.equal(code, 0)
+  const claims = createVerifier({ key: TEST_SECRET })(stdout.trim())
+  t.same(new Set(claims.scope.split(' ')), specScopes)
+  t.equal(claims.scope.split(' ').length, specScopes.size, 'each scope once')
+})
+
+t.test('--help and -h print the usage and the options, and sign nothing', async (t) => {
+  for (const flag of ['--help', '-h']) {
+    // No secret at all: signing would have to make one, or fail.
+    const help = await token([flag], { JWT_SECRET: '', JWKS_URL: 'https://idp.example/jwks.json' })
+    t.equal(help.code, 0, flag)
+    t.equal(help.stderr, '', flag)
+    t.match(help.stdout, /^usage: npm run -s token -- \[--scope SCOPES\] \[--expires-in SECONDS\]\n/, flag)
+    t.match(help.stdout, /\n {2}--scope SCOPES +the scopes it carries, space-separated \(default: [^)]*create:resource[^)]*\)\n/, flag)
+    t.match(help.stdout, /\n {2}--expires-in SECONDS +how long it is valid \(default: 3600\)\n/, flag)
+    t.match(help.stdout, /\n {2}-h, --help +print this help and exit\n$/, flag)
+    t.notMatch(help.stdout, /[\w-]+\.[\w-]+\.[\w-]+\n/, `${flag}: no token`)
+  }
+})
+
+t.test('bad arguments get one line on stderr, ending with the usage, and exit 2', async (t) => {
+  const usage = ' (usage: npm run -s token -- [--scope SCOPES] [--expires-in SECONDS])'
+  for (const [args, problem] of [
+    [['--bogus'], "Unknown option '--bogus'"],
+    [['-x'], "Unknown option '-x'"],
+    [['read:resource'], "Unexpected argument 'read:resource'"],
+    [['--scope'], "Option '--scope <value>' argument missing"],
+    [['--expires-in', 'abc'], '--expires-in must be a positive whole number of seconds'],
+    [['--expires-in=-5'], '--expires-in must be a positive whole number of seconds'],
+    [['--expires-in', '0'], '--expires-in must be a positive whole number of seconds'],
+    [['--scope', ' '], '--scope must name at least one scope']
+  ] as Array<[string[], string]>) {
     const { code, stdout, stderr } = await token(args)
     t.equal(code, 2, args.join(' '))
     t.equal(stdout, '', args.join(' '))
-    t.match(stderr.trim(), message, args.join(' '))
-    t.equal(stderr.trim().split('\n').length, 1, `${args.join(' ')}: one line`)
+    t.ok(stderr.startsWith(problem), `${args.join(' ')}: ${stderr}`)
+    t.ok(stderr.endsWith(`${usage}\n`), `${args.join(' ')}: ends with the usage`)
+    t.equal(stderr.trimEnd().split('\n').length, 1, `${args.join(' ')}: one line`)
   }
 })
 

@@ -63,6 +63,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/problems/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What a problem type means, and what to do about it
+         * @description Every problem's `type` (`/problems/resource-not-found`, …) is a URL of this service: opened,
+         *     it answers the type's title, status, when it happens and what to do, as the table in the
+         *     `Problem` schema says. A small self-contained HTML page by default (a `type` followed in a
+         *     browser, or by `curl`); with `Accept: application/json`, the same as JSON. An `Accept` that
+         *     names neither gets the page. No token needed, and never shed under load, like the probes.
+         *     `HEAD` answers as `GET`, without the body.
+         */
+        get: operations["getProblemType"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/readyz": {
         parameters: {
             query?: never;
@@ -283,27 +308,28 @@ export interface components {
         /**
          * @description An RFC 9457 problem details object (`application/problem+json`), the body of every error.
          *     The `type` URIs below are relative references that identify the problem; they are stable
-         *     and meant to be compared as strings:
+         *     and meant to be compared as strings. Each can be opened (`GET /problems/{name}`, no token)
+         *     for its row as a page, or as JSON:
          *
-         *     | type | status | meaning |
-         *     |---|---|---|
-         *     | `/problems/invalid-request` | 400 | a parameter or the body broke the contract; `errors[]` says where |
-         *     | `/problems/malformed-body` | 400 | the body is missing, empty or not parseable JSON; `detail` says what to send |
-         *     | `/problems/missing-credentials` | 401 | no Bearer token was sent |
-         *     | `/problems/invalid-token` | 401 | the token is malformed, expired, not yet valid or not signed by a trusted key |
-         *     | `/problems/insufficient-scope` | 403 | the token lacks the operation's scope |
-         *     | `/problems/resource-not-found` | 404 | no resource has that id |
-         *     | `/problems/client-not-found` | 404 | no client has that id |
-         *     | `/problems/client-not-authorized` | 404 | the client exists but is not authorized on the resource |
-         *     | `/problems/changes-pruned` | 410 | the feed's `after` is older than the newest change the prune command deleted: changes after it are gone; start again without `after` (from the oldest kept) after rebuilding what you derived from the feed |
-         *     | `/problems/precondition-failed` | 412 | the `If-Match` names no current `ETag`: the grants changed since; nothing was changed |
-         *     | `/problems/unknown-permissions` | 422 | some ids are not permissions of the resource; `unknown_permission_ids` lists them |
-         *     | `/problems/database-unavailable` | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query); retry after `Retry-After` seconds |
-         *     | `/problems/keys-unavailable` | 503 | the identity provider's key set (`JWKS_URL`) has never been fetched and cannot be now |
-         *     | `/problems/overloaded` | 503 | more requests than this replica can serve now, answered at once instead of queued: no database connection became free within `DATABASE_CONNECTION_WAIT_MS` (1 s) or the database refused one more, the database cancelled a statement past `DATABASE_STATEMENT_TIMEOUT_MS` (5 s), or the event loop lags, or (a change feed stream) `FEED_MAX_STREAMS` streams are open already; nothing was changed; retry after `Retry-After` seconds |
-         *     | `/problems/starting` | 503 | (readiness only) this replica has started, but no sample has found its event loop calm yet |
-         *     | `/problems/shutting-down` | 503 | (readiness, and a change feed stream asked for while closing) this replica is shutting down |
-         *     | `about:blank` | any | a plain HTTP error (unknown route, wrong method, body too large, unsupported media type, request timeout, headers too large, malformed HTTP or URL, internal error); `title` is the RFC 9110 status phrase. Errors of the HTTP layer itself (malformed HTTP or URL, 408, 431) are answered before authentication |
+         *     | type | title | status | when it happens | what to do |
+         *     |---|---|---|---|---|
+         *     | `/problems/invalid-request` | Invalid request | 400 | a parameter or the body broke the contract: a value out of range or of the wrong form, a header that is not the syntax it takes, or a query parameter the operation does not have; `errors[]` says where (`location`, `pointer`) and why | Correct what each entry of `errors[]` names and send the request again. The operations, their parameters and the forms they take are in the API documentation (`/docs`); a query parameter the operation does not have is refused rather than ignored, with a hint when its name is close to one it has (`page`: `offset` is the page number). |
+         *     | `/problems/malformed-body` | Malformed body | 400 | the body is missing, empty, not UTF-8 or not parseable JSON, or its `Content-Length` does not match it; `detail` says what to send | Send a JSON array of 1 to 500 permission ids, such as `["perm_read_orders"]`, with `Content-Type: application/json`. |
+         *     | `/problems/missing-credentials` | Missing credentials | 401 | no Bearer token was sent | Send the header `Authorization: Bearer <token>` with an access token carrying the operation's scope. Locally, `npm start` prints a demo token and `npm run -s token` signs one; elsewhere, ask the identity provider the service trusts. |
+         *     | `/problems/invalid-token` | Invalid token | 401 | the token is malformed, expired, not yet valid or not signed by a trusted key (or its issuer, audience or type is not the one the service is configured with); `detail` and `WWW-Authenticate` say which | Get a new token and send the request again. A fresh token that is still refused was issued for another service, or signed by a key this one does not trust. |
+         *     | `/problems/insufficient-scope` | Insufficient scope | 403 | the token lacks the operation's scope | Send a token carrying the scope that `required_scope` (and `WWW-Authenticate`) names: `read:resource` to read the permissions, the history and the feed, `delete:resource` to unauthorize, `create:resource` to grant. |
+         *     | `/problems/resource-not-found` | Resource not found | 404 | no resource has that id | Check the resource id in the path: ids are compared exactly, case included. |
+         *     | `/problems/client-not-found` | Client not found | 404 | no client has that id | Check the client id in the path: ids are compared exactly, case included. |
+         *     | `/problems/client-not-authorized` | Client not authorized on resource | 404 | the client exists but is not authorized on the resource | Check that the resource and the client are the ones meant. Permissions are granted only within an existing authorization; authorizing a client on a resource is not an operation of this service. |
+         *     | `/problems/changes-pruned` | Changes pruned | 410 | the feed's `after` (or `Last-Event-ID`) is older than the newest change the prune command deleted: changes after it are gone | Rebuild what you derived from the feed, then read it again without `after`, from the oldest change kept; `pruned_through` names the newest change deleted. |
+         *     | `/problems/precondition-failed` | Precondition failed | 412 | the `If-Match` names no current `ETag`: the grants changed since; nothing was changed | GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`. |
+         *     | `/problems/unknown-permissions` | Unknown permissions | 422 | some ids are not permissions of the resource; `unknown_permission_ids` lists them; nothing was changed | Correct or drop the ids that `unknown_permission_ids` lists, and send the whole request again. |
+         *     | `/problems/database-unavailable` | Database unavailable | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query) | Retry after `Retry-After` seconds: DELETE and POST are idempotent, so sending one again is safe. If it lasts, the service's database is down or out of reach (its `/readyz` says so too). |
+         *     | `/problems/keys-unavailable` | Signing keys unavailable | 503 | the identity provider's key set (`JWKS_URL`) has never been fetched and cannot be now | Retry after `Retry-After` seconds. The token is not at fault: if it lasts, the identity provider or the service's `JWKS_URL` is. |
+         *     | `/problems/overloaded` | Overloaded | 503 | more requests than this replica can serve now, answered at once instead of queued: no database connection became free within `DATABASE_CONNECTION_WAIT_MS` (1 s) or the database refused one more, the database cancelled a statement past `DATABASE_STATEMENT_TIMEOUT_MS` (5 s), or the event loop lags, or (a change feed stream) `FEED_MAX_STREAMS` streams are open already; nothing was changed | Retry after `Retry-After` seconds, and spread retries out rather than sending them all at once. A change feed consumer refused a stream can poll instead. |
+         *     | `/problems/starting` | Starting | 503 | (readiness only) this replica has started, but no sample has found its event loop calm yet | Nothing, or send the request to another replica: this one is sent traffic once a sample finds its event loop calm and `/readyz` answers 200. |
+         *     | `/problems/shutting-down` | Shutting down | 503 | (readiness, and a change feed stream asked for while closing) this replica is shutting down | Send the request to another replica: the gateway stops sending traffic here. A change feed consumer reconnects with `Last-Event-ID` and resumes where it was. |
+         *     | `about:blank` | the status phrase | any | a plain HTTP error (unknown route or problem type, wrong method, body too large, unsupported media type, request timeout, headers too large, malformed HTTP or URL, internal error); `title` is the RFC 9110 status phrase. Errors of the HTTP layer itself (malformed HTTP or URL, 408, 431) are answered before authentication | what `detail` says |
          */
         Problem: {
             /**
@@ -334,6 +360,35 @@ export interface components {
             type: string;
         } & {
             [key: string]: unknown;
+        };
+        /** @description A problem type: what `GET /problems/{name}` answers as JSON. */
+        ProblemType: {
+            /**
+             * @description The HTTP status they are answered with.
+             * @example 404
+             */
+            status: number;
+            /**
+             * @description The `title` of the problems of this kind.
+             * @example Resource not found
+             */
+            title: string;
+            /**
+             * Format: uri-reference
+             * @description The `type` of the problems of this kind (and the URL of this page).
+             * @example /problems/resource-not-found
+             */
+            type: string;
+            /**
+             * @description What the caller can do about it (CommonMark; names in backticks).
+             * @example Check the resource id in the path: ids are compared exactly, case included.
+             */
+            what_to_do: string;
+            /**
+             * @description When it happens (CommonMark; names in backticks).
+             * @example no resource has that id
+             */
+            when: string;
         };
         UnknownPermissionsProblem: components["schemas"]["Problem"] & {
             unknown_permission_ids: string[];
@@ -677,6 +732,69 @@ export interface operations {
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getProblemType: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The problem type's name, the last segment of its `type`.
+                 * @example resource-not-found
+                 */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The problem type's page, or (with `Accept: application/json`) the same as JSON. */
+            200: {
+                headers: {
+                    /**
+                     * @description The page changes only with the service's version.
+                     * @example public, max-age=3600
+                     */
+                    "Cache-Control": string;
+                    /** @description `Accept`: the media type of the answer depends on it. */
+                    Vary: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "/problems/resource-not-found",
+                     *       "title": "Resource not found",
+                     *       "status": 404,
+                     *       "when": "no resource has that id",
+                     *       "what_to_do": "Check the resource id in the path: ids are compared exactly, case included."
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ProblemType"];
+                    "text/html": string;
+                };
+            };
+            /** @description The name is not the form of a problem type's name. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["ValidationProblem"];
+                };
+            };
+            /** @description No problem type has that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            408: components["responses"]["RequestTimeout"];
+            431: components["responses"]["HeadersTooLarge"];
         };
     };
     getReadiness: {

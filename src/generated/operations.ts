@@ -683,6 +683,92 @@ export const operations = {
         }
       }
     }
+  },
+  "getProblemType": {
+    "operationId": "getProblemType",
+    "method": "GET",
+    "path": "/problems/{name}",
+    "url": "/problems/:name",
+    "config": {
+      "public": true
+    },
+    "statuses": [
+      200,
+      400,
+      404,
+      408,
+      431
+    ],
+    "schema": {
+      "params": {
+        "type": "object",
+        "properties": {
+          "name": {
+            "type": "string",
+            "maxLength": 64,
+            "pattern": "^[a-z]+(-[a-z]+)*$",
+            "x-pattern-hint": "a problem type's name: lower-case words joined by hyphens, such as resource-not-found"
+          }
+        },
+        "required": [
+          "name"
+        ]
+      },
+      "response": {
+        "200": {
+          "type": "object",
+          "description": "A problem type: what `GET /problems/{name}` answers as JSON.",
+          "additionalProperties": false,
+          "required": [
+            "type",
+            "title",
+            "status",
+            "when",
+            "what_to_do"
+          ],
+          "properties": {
+            "type": {
+              "type": "string",
+              "format": "uri-reference",
+              "description": "The `type` of the problems of this kind (and the URL of this page).",
+              "examples": [
+                "/problems/resource-not-found"
+              ]
+            },
+            "title": {
+              "type": "string",
+              "description": "The `title` of the problems of this kind.",
+              "examples": [
+                "Resource not found"
+              ]
+            },
+            "status": {
+              "type": "integer",
+              "minimum": 400,
+              "maximum": 599,
+              "description": "The HTTP status they are answered with.",
+              "examples": [
+                404
+              ]
+            },
+            "when": {
+              "type": "string",
+              "description": "When it happens (CommonMark; names in backticks).",
+              "examples": [
+                "no resource has that id"
+              ]
+            },
+            "what_to_do": {
+              "type": "string",
+              "description": "What the caller can do about it (CommonMark; names in backticks).",
+              "examples": [
+                "Check the resource id in the path: ids are compared exactly, case included."
+              ]
+            }
+          }
+        }
+      }
+    }
   }
 } as const
 

@@ -1,6 +1,7 @@
 // The database commands as an operator runs them (npm run db:seed -- FILE.json, npm run db:migrate):
 // the real scripts in a child process, against a database of their own; the many ways a seed file
-// is refused run the same command in-process (scripts/seed-command.ts).
+// is refused, and every command's --help and bad arguments (db:prune-changes's too), run the same
+// commands in-process (scripts/*-command.ts).
 import { execFile } from 'node:child_process'
 import { join } from 'node:path'
 import pg from 'pg'
@@ -8,8 +9,9 @@ import t from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase, type SeedData } from '../../db/seed.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
-import { capturedOutput } from '../../scripts/command.js'
+import { capturedOutput, type DatabaseIo } from '../../scripts/command.js'
 import { migrateCommand } from '../../scripts/migrate-command.js'
+import { pruneChangesCommand } from '../../scripts/prune-changes-command.js'
 import { seedCommand } from '../../scripts/seed-command.js'
 import { createTestDatabase } from '../helper.js'
 
@@ -299,14 +301,61 @@ t.test('db:seed with a file that does not exist → exit 1 naming the file, noth
   t.equal(await counts(url), null, 'the database is not touched')
 })
 
-t.test('db:seed without a file → exit 2 with the usage', async (t) => {
+t.test('db:seed, db:migrate, db:prune-changes: --help and -h print the usage and touch no database; bad arguments → one line, exit 2', async (t) => {
   const url = await createTestDatabase(t)
-  const output = capturedOutput()
-  const run = { code: await seedCommand([], { ...output, withDatabase: (work) => work(url) }), stdout: output.stdout(), stderr: output.stderr() }
-  t.equal(run.code, 2)
-  t.equal(run.stdout, '')
-  t.match(run.stderr, /^Usage: npm run db:seed -- FILE\.json/)
-  t.equal(await counts(url), null, 'the database is not touched')
+  const seedFile = join(t.testdir({ 'seed.json': JSON.stringify(validDocument()) }), 'seed.json')
+  let touched = 0
+  const run = async (command: (args: string[], io: DatabaseIo) => Promise<number>, args: string[]): Promise<Run> => {
+    const output = capturedOutput()
+    const code = await command(args, { ...output, withDatabase: (work) => { touched++; return work(url) } })
+    return { code, stdout: output.stdout(), stderr: output.stderr() }
+  }
+  const commands = [
+    {
+      name: 'db:seed',
+      command: seedCommand,
+      usage: 'npm run -s db:seed -- FILE.json',
+      // With a valid file too: the help wins, and nothing is loaded.
+      help: [[seedFile, '--help'], ['-h', seedFile]],
+      bad: [[['--bogus', seedFile], "Unknown option '--bogus'"], [[], 'FILE.json is missing'], [[seedFile, seedFile], 'one file at a time, not 2']]
+    },
+    {
+      name: 'db:migrate',
+      command: migrateCommand,
+      usage: 'npm run -s db:migrate',
+      help: [['--help'], ['-h']],
+      bad: [[['--bogus'], "Unknown option '--bogus'"], [['up'], "Unexpected argument 'up'"]]
+    },
+    {
+      name: 'db:prune-changes',
+      command: pruneChangesCommand,
+      usage: 'npm run -s db:prune-changes -- --older-than DAYS',
+      help: [['--help'], ['-h', '--older-than', '30']],
+      bad: [[['--bogus', '--older-than', '30'], "Unknown option '--bogus'"], [[], '--older-than must be a whole number of days, at least 1'],
+        [['--older-than', '0'], '--older-than must be a whole number of days, at least 1'], [['--older-than'], "Option '--older-than <value>' argument missing"]]
+    }
+  ] as Array<{ name: string, command: (args: string[], io: DatabaseIo) => Promise<number>, usage: string, help: string[][], bad: Array<[string[], string]> }>
+  for (const { name, command, usage, help, bad } of commands) {
+    for (const args of help) {
+      const what = `${name} ${args.join(' ')}`
+      const { code, stdout, stderr } = await run(command, args)
+      t.equal(code, 0, what)
+      t.equal(stderr, '', what)
+      t.ok(stdout.startsWith(`usage: ${usage}\n`), `${what}: the usage line first`)
+      t.match(stdout, /\nOptions:\n(.*\n)* {2}-h, --help +print this help and exit\n$/, `${what}: then the options`)
+    }
+    for (const [args, problem] of bad) {
+      const what = `${name} ${args.join(' ')}`
+      const { code, stdout, stderr } = await run(command, args)
+      t.equal(code, 2, what)
+      t.equal(stdout, '', what)
+      t.ok(stderr.startsWith(problem), `${what}: ${stderr}`)
+      t.ok(stderr.endsWith(` (usage: ${usage})\n`), `${what}: ends with the usage`)
+      t.equal(stderr.trimEnd().split('\n').length, 1, `${what}: one line`)
+    }
+  }
+  t.equal(touched, 0, 'no command asked for the database')
+  t.equal(await counts(url), null, 'the database has no tables')
 })
 
 t.test('db:migrate applies the migrations to a fresh database, then says it is up to date', async (t) => {
@@ -317,6 +366,6 @@ t.test('db:migrate applies the migrations to a fresh database, then says it is u
   t.same(await counts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'the tables exist')
   // Again, in-process (the same command): nothing left to apply.
   const output = capturedOutput()
-  await migrateCommand({ ...output, withDatabase: (work) => work(url) })
+  t.equal(await migrateCommand([], { ...output, withDatabase: (work) => work(url) }), 0)
   t.equal(output.stdout().trim(), 'The database is up to date.')
 })

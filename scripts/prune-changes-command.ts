@@ -1,0 +1,37 @@
+// What `npm run -s db:prune-changes` does, as a function: scripts/db-prune-changes.ts runs it as a
+// process, tests run it in-process too. Deletes the change history recorded more than DAYS days
+// ago: the only way history is deleted, as the database refuses any other DELETE of it (migration
+// 0006, pruneChanges).
+import pg from 'pg'
+import { pruneChanges } from '../db/queries/history.js'
+import { type Command, type DatabaseIo, processOutput, readCommandLine, usageError } from './command.js'
+import { withDatabase } from './database.js'
+
+const command = {
+  usage: 'npm run -s db:prune-changes -- --older-than DAYS',
+  about: 'Deletes the change history recorded more than DAYS days ago, on DATABASE_URL or the local embedded\n' +
+    'database. Run it from a scheduler (a Kubernetes CronJob, cron): the service never deletes history itself.',
+  options: {
+    'older-than': { type: 'string', value: 'DAYS', about: 'the age, in whole days (at least 1), past which changes are deleted' }
+  }
+} satisfies Command
+
+/** Returns the exit code: 0 pruned (or --help), 2 bad arguments. */
+export async function pruneChangesCommand (args: string[], io: DatabaseIo = { ...processOutput, withDatabase }): Promise<number> {
+  const commandLine = readCommandLine(command, args, io)
+  if (typeof commandLine === 'number') return commandLine
+  const olderThan = commandLine.values['older-than'] ?? ''
+  const days = Number(olderThan)
+  if (!/^\d+$/.test(olderThan) || days < 1) return usageError(command, '--older-than must be a whole number of days, at least 1', io)
+
+  await io.withDatabase(async (url) => {
+    const pool = new pg.Pool({ connectionString: url, max: 1 })
+    try {
+      const pruned = await pruneChanges(pool, days)
+      io.out(`Pruned ${pruned} change${pruned === 1 ? '' : 's'} recorded more than ${days} day${days === 1 ? '' : 's'} ago.`)
+    } finally {
+      await pool.end()
+    }
+  })
+  return 0
+}
