@@ -1,0 +1,25 @@
+// What the two fuzz suites share: the seeded run count, the service holding the orders fixture,
+// a send that counts what reached it, and the spec's rule for an id, restated independently of
+// the service's code. FUZZ_SEED replays a run (test/fixtures.ts).
+import fc from 'fast-check'
+import type { Test } from 'tap'
+import { fastCheckSeed, ordersFixture } from '../fixtures.js'
+import { build, type Harness } from '../helper.js'
+
+export const RUNS = 2_800
+
+export async function startFuzzing (t: Test) {
+  fc.configureGlobal({ seed: fastCheckSeed(t), numRuns: RUNS, endOnFailure: true })
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  let requests = 0
+  const send: Harness['request'] = (path, options) => {
+    requests++
+    return harness.request(path, options)
+  }
+  return { harness, send, sent: () => requests }
+}
+
+const codePoints = (value: string) => [...value].length
+const storableText = (value: string) => !/[\u0000\uD800-\uDFFF]/u.test(value) // eslint-disable-line no-control-regex
+export const validId = (value: unknown) => typeof value === 'string' && codePoints(value) >= 1 && codePoints(value) <= 255 && storableText(value)
