@@ -8,8 +8,10 @@
 //   BENCH_SECONDS  seconds per measurement (default 5), after a 1 s warm-up
 //   BENCH_ONLY     run only the scenarios whose name contains this text (say "page 0", "overload",
 //                  "replica": page 0 through a streaming replica and through the primary, scripts/bench/replica.ts;
-//                  "feed": the change feed polled and streamed, scripts/bench/feed-polling.ts and feed-fanout.ts)
-//   BENCH_ROUNDS   rounds of the replica scenario (default 5)
+//                  "feed": the change feed polled and streamed, scripts/bench/feed-polling.ts and feed-fanout.ts;
+//                  "ladder": the ablation ladder, page 0 from a minimal Fastify + pg up to the service, a
+//                  layer at a time, beside the ceilings, scripts/bench/ladder.ts)
+//   BENCH_ROUNDS   rounds of the replica scenario and of the ladder (default 5; the ladder flags fewer)
 //   BENCH_FEED_CHANGES  the history the feed is polled from (default 50000)
 //   BENCH_FEED_STREAMS, BENCH_FEED_RATE, BENCH_FEED_SECONDS  the fan-out: streams open (default 100),
 //                  changes per second (20) for seconds (10)
@@ -17,31 +19,33 @@
 //   DATABASE_CONNECTION_WAIT_MS  passed to the service; the overload scenario checks shed answers against it
 //   BENCH_OVERLOAD_CONNECTIONS   the overload scenario's saturating count, given ("8", "name.asc=4,id.desc=8")
 //   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
-//                  written to reports/bench/ (service.cpuprofile, profile.txt)
-import { spawn, type ChildProcess } from 'node:child_process'
-import { once } from 'node:events'
+//                  written to reports/bench/ (service.cpuprofile, profile.txt); the ladder's service
+//                  step too (ladder-service.cpuprofile, ladder-profile.txt), its summary printed beside it
+import { spawn } from 'node:child_process'
 import { generateKeyPairSync, randomBytes } from 'node:crypto'
 import { copyFile, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { cpus, tmpdir, totalmem } from 'node:os'
 import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { createSigner } from 'fast-jwt'
 import pg from 'pg'
-import { freePort, givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
+import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { unauthorizeSql } from '../db/queries/change.js'
 import { listGrantedPermissionsSql } from '../db/queries/list.js'
 import { parseSortBy } from '../db/queries/sort.js'
 import { STATEMENT_TIMEOUT_MS } from '../db/queries/statement.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
+import { idealListSql } from './bench/best-sql.js'
 import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, scaleOf, SMALL_CLIENT, type Scale } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
 import { connectionWaitOf, givenConnections, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
 import { FEED_FANOUT_SCENARIO, feedFanoutSummary, measureFeedFanout, type FeedFanoutReport } from './bench/feed-fanout.js'
 import { FEED_POLLING_SCENARIO, feedPollingSummary, measureFeedPolling, type FeedPollingReport } from './bench/feed-polling.js'
 import type { CeilingPages } from './bench/http-ceiling.js'
+import { LADDER_GRANTS, LADDER_SCENARIO, ladderSummary, measureLadder, type LadderReport } from './bench/ladder.js'
 import { findPgbench, pgbench, withPgbenchVariables } from './bench/pgbench.js'
+import { children, startHttpCeiling, startService, stopProcess } from './bench/processes.js'
 import { summarizeProfile } from './bench/profile.js'
 import { measureReplicaRouting, REPLICA_GRANTS, REPLICA_SCENARIO, replicaSummary, type ReplicaReport } from './bench/replica.js'
 import { buildRevision } from './bench/revision.js'
@@ -78,17 +82,8 @@ const db = new pg.Pool({ connectionString: databaseUrl, max: 2 })
 // unhandled, crashed the bench after its report was written, with exit status 1.
 let stopping = false
 for (const pool of [admin, db]) pool.on('error', (error) => { if (!stopping) console.warn(`database connection lost: ${error.message}`) })
-const children: ChildProcess[] = []
 /** The replica scenario's servers, while they may run. */
 let replicated: Ending | undefined
-
-/** SIGTERM, then the exit (a profiled service writes its profile on the way out). */
-async function stopProcess (child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return
-  const exited = once(child, 'exit')
-  child.kill('SIGTERM')
-  await Promise.race([exited, sleep(15_000)])
-}
 
 async function cleanUp () {
   stopping = true
@@ -102,21 +97,6 @@ async function cleanUp () {
 }
 process.once('SIGINT', () => { cleanUp().finally(() => process.exit(130)) })
 process.once('SIGTERM', () => { cleanUp().finally(() => process.exit(143)) })
-
-/** Starts `args` with node (from `cwd`) and resolves once `ready` answers 2xx. An undefined in `env` unsets. */
-async function startProcess (args: string[], env: Record<string, string | undefined>, ready: () => Promise<boolean>, cwd = projectRoot): Promise<ChildProcess> {
-  const environment = Object.fromEntries(Object.entries({ ...process.env, ...env }).filter(([, value]) => value !== undefined))
-  // The service's log lines (a warning per shed request under overload) are dropped: in a pipe
-  // nobody reads they filled its 64 KiB and the logger, blocked on it, stopped the whole service.
-  const child = spawn(process.execPath, args, { cwd, env: environment, stdio: ['ignore', 'ignore', 'inherit'] })
-  children.push(child)
-  for (let i = 0; i < 300; i++) {
-    if (child.exitCode !== null) throw new Error(`${args.join(' ')} exited with ${child.exitCode}`)
-    if (await ready().catch(() => false)) return child
-    await sleep(100)
-  }
-  throw new Error(`${args.join(' ')} did not become ready`)
-}
 
 // Tokens as an identity provider issues them: RS256, verified with its public key.
 const keys = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } })
@@ -205,26 +185,6 @@ const listScenarios: ListScenario[] = [
 const listPath = (client: string) => `/resources/${RESOURCE_ID}/authorized_clients/${client}/permissions`
 const search = (scenario: ListScenario, scale: Scale) =>
   `?limit=${scenario.limit}&offset=${scenario.page(scale)}&sort_by=${scenario.sortBy}`
-
-/**
- * The best statement for the request: the page from the one index that serves its order (read from
- * the nearer end, as this statement knows where the page is), the total from the authorization.
- */
-function idealListSql (scenario: ListScenario): string {
-  const keys = parseSortBy(scenario.sortBy)
-  // Up to the first unique key (id, or name: unique per resource), else the id breaks ties.
-  const unique = keys.findIndex(({ property }) => property !== 'description')
-  const deciding = unique === -1 ? [...keys, { property: 'id' as const, direction: 'asc' as const }] : keys.slice(0, unique + 1)
-  const column = { id: 'permission_id', name: 'permission_name', description: 'permission_description' }
-  const flip = (direction: string) => scenario.fromEnd ? (direction === 'asc' ? 'DESC' : 'ASC') : direction.toUpperCase()
-  const order = deciding.map(({ property, direction }) => `${column[property]} ${flip(direction)}`).join(', ')
-  return `SELECT a.grant_count, g.permission_id, g.permission_name, g.permission_description
-    FROM authorizations a
-    LEFT JOIN LATERAL (SELECT permission_id, permission_name, permission_description FROM grants
-      WHERE resource_id = $1 AND client_id = $2 ORDER BY ${order}
-      LIMIT ${scenario.fromEnd ? 'a.grant_count - $3::bigint * $4::bigint' : '$3 OFFSET $3::bigint * $4::bigint'}) g ON true
-    WHERE a.resource_id = $1 AND a.client_id = $2`
-}
 
 /** The goal for each order: its deepest page's p50 at most 2× its page 0's, at the same scale. */
 function deepestPageGoal (): string[] {
@@ -430,11 +390,11 @@ try {
   }
 
   // First, on servers of its own that are stopped before the rest begins.
+  const pageZero = listScenarios.find(({ name }) => name === 'GET page 0, limit 50')!
   let replica: ReplicaReport | undefined
   if (selected(REPLICA_SCENARIO)) {
     if (REPLICA_BASELINE) console.error(`# ${REPLICA_SCENARIO}: building ${REPLICA_BASELINE} (git archive, tsc)…`)
     const baseline = REPLICA_BASELINE ? await buildRevision(REPLICA_BASELINE, work) : undefined
-    const pageZero = listScenarios.find(({ name }) => name === 'GET page 0, limit 50')!
     replica = await measureReplicaRouting({
       path: listPath(pageZero.client) + search(pageZero, scaleOf(REPLICA_GRANTS)),
       headers: readHeaders,
@@ -442,9 +402,7 @@ try {
       seconds: SECONDS,
       connections: CONNECTIONS,
       startService: async (env, root) => {
-        const port = await freePort()
-        const url = `http://127.0.0.1:${port}`
-        const child = await startProcess(['dist/src/server.js'], { ...commonEnv, PORT: String(port), ...env }, async () => (await fetch(`${url}/readyz`)).ok, root)
+        const { url, child } = await startService({ ...commonEnv, ...env }, { root })
         return { url, pid: child.pid!, stop: () => stopProcess(child) }
       },
       baseline,
@@ -462,12 +420,40 @@ try {
     })
   }
 
-  const servicePort = await freePort()
-  service.url = `http://127.0.0.1:${servicePort}`
+  const serviceEnv = { ...commonEnv, DATABASE_URL: databaseUrl }
+  // The ladder too, before the bench's service starts: it runs steps of its own, a service among
+  // them, and stops them.
+  let ladder: LadderReport | undefined
+  if (selected(LADDER_SCENARIO)) {
+    const grants = Math.min(LADDER_GRANTS, ...SCALES)
+    ladder = await measureLadder({
+      db,
+      grants,
+      path: listPath(pageZero.client) + search(pageZero, scaleOf(grants)),
+      env: serviceEnv,
+      bearer,
+      rounds: ROUNDS,
+      seconds: SECONDS,
+      connections: CONNECTIONS,
+      folder: work,
+      profileTo: PROFILE ? reportFolder : undefined,
+      bestSqlTps: pgbenchBinary
+        ? async (seconds) => {
+          const script = `${withPgbenchVariables(idealListSql(pageZero))};\n`
+          const variables = { p1: RESOURCE_ID, p2: pageZero.client, p3: String(pageZero.limit), p4: String(pageZero.page(scaleOf(grants))) }
+          const result = await pgbench(pgbenchBinary, databaseUrl, script, { connections: CONNECTIONS, seconds, variables, folder: work })
+          if (result.failed > 0) throw new Error(`pgbench: ${result.failed} failed transactions`)
+          return result.tps
+        }
+        : undefined,
+      log: (line) => console.error(line)
+    })
+  }
+
   const profileArgs = PROFILE ? ['--cpu-prof', '--cpu-prof-dir', join(work, 'profile')] : []
-  const serviceEnv = { ...commonEnv, DATABASE_URL: databaseUrl, PORT: String(servicePort) }
   const { poolMax, ...connectionWait } = connectionWaitOf({ ...process.env, ...serviceEnv })
-  const serviceProcess = await startProcess([...profileArgs, 'dist/src/server.js'], serviceEnv, async () => (await fetch(`${service.url}/readyz`)).ok)
+  const { url: serviceUrl, child: serviceProcess } = await startService(serviceEnv, { nodeArgs: profileArgs })
+  service.url = serviceUrl
   service.pid = serviceProcess.pid!
   const rssTimer = watchRss(service.pid)
 
@@ -504,13 +490,8 @@ try {
     }
     const pagesFile = join(work, 'pages.json')
     await writeFile(pagesFile, JSON.stringify(ceilingPages))
-    const ceilingProcess = spawn(process.execPath, ['--import', 'tsx', 'scripts/bench/http-ceiling.ts', pagesFile], { cwd: projectRoot, stdio: ['ignore', 'pipe', 'inherit'] })
-    children.push(ceilingProcess)
-    const [port] = await Promise.race([
-      new Promise<string[]>((resolve) => ceilingProcess.stdout!.once('data', (chunk: Buffer) => resolve([chunk.toString().trim()]))),
-      sleep(30_000).then(() => { throw new Error('the HTTP ceiling did not start') })
-    ])
-    ceiling.url = `http://127.0.0.1:${port}`
+    const { url: ceilingUrl, child: ceilingProcess } = await startHttpCeiling(pagesFile)
+    ceiling.url = ceilingUrl
     await measureList(scale)
     if (grants === SCALES.at(-1)) await explainList(scale)
     if (grants === SCALES.at(-1)) {
@@ -545,7 +526,8 @@ try {
     overload: overload && { ...overload, markdown: overloadSummary(overload) },
     replica: replica && { ...replica, markdown: replicaSummary(replica) },
     feedPolling: feedPolling && { ...feedPolling, markdown: feedPollingSummary(feedPolling) },
-    feedFanout: feedFanout && { ...feedFanout, markdown: feedFanoutSummary(feedFanout) }
+    feedFanout: feedFanout && { ...feedFanout, markdown: feedFanoutSummary(feedFanout) },
+    ladder: ladder && { ...ladder, markdown: ladderSummary(ladder) }
   }
   await mkdir(reportFolder, { recursive: true })
   await writeFile(join(reportFolder, 'latest.json'), JSON.stringify(report, null, 2))
@@ -554,6 +536,11 @@ try {
   if (replica) console.log(`\n${report.replica!.markdown}`)
   if (feedPolling) console.log(`\n${report.feedPolling!.markdown}`)
   if (feedFanout) console.log(`\n${report.feedFanout!.markdown}`)
+  if (ladder) console.log(`\n${report.ladder!.markdown}`)
+  if (ladder?.profile) {
+    console.log(`\nThe ladder's service step, where its CPU went:\n${ladder.profile.summary}\n\n` +
+      'profile: reports/bench/ladder-service.cpuprofile, summary: reports/bench/ladder-profile.txt')
+  }
   console.log(`\n${scales.length > 0 ? `service RSS peak: ${report.serviceRssPeakMiB} MiB. ` : ''}JSON: reports/bench/latest.json`)
   if (PROFILE) {
     await stopProcess(serviceProcess)
