@@ -16,6 +16,7 @@
 //   BENCH_FEED_STREAMS, BENCH_FEED_RATE, BENCH_FEED_SECONDS  the fan-out: streams open (default 100),
 //                  changes per second (20) for seconds (10)
 //   BENCH_REPLICA_BASELINE  a git revision: the replica scenario measures its build too, without replicas
+//   BENCH_LADDER_BASELINE   a git revision: the ladder measures the service built at it too, in the same rounds
 //   DATABASE_CONNECTION_WAIT_MS  passed to the service; the overload scenario checks shed answers against it
 //   BENCH_OVERLOAD_CONNECTIONS   the overload scenario's saturating count, given ("8", "name.asc=4,id.desc=8")
 //   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
@@ -426,7 +427,10 @@ try {
   let ladder: LadderReport | undefined
   if (selected(LADDER_SCENARIO)) {
     const grants = Math.min(LADDER_GRANTS, ...SCALES)
+    const ladderBaseline = process.env.BENCH_LADDER_BASELINE
+    if (ladderBaseline) console.error(`# ${LADDER_SCENARIO}: building ${ladderBaseline} (git archive, tsc)…`)
     ladder = await measureLadder({
+      baseline: ladderBaseline ? await buildRevision(ladderBaseline, work) : undefined,
       db,
       grants,
       path: listPath(pageZero.client) + search(pageZero, scaleOf(grants)),

@@ -3,15 +3,16 @@
 // module, loaded from its build (dist/, which the bench makes first) so that a step runs the very
 // code the service runs; only the glue that stacks them is here. Configured as the service is:
 // from the environment, through src/config.ts. Prints its URL once it listens.
-//   LADDER_STEP=minimal|statement|auth-hs256|auth-rs256|hooks|headers PORT=… DATABASE_URL=… JWT_…=… \
+//   LADDER_STEP=minimal|validated|pool|statement|auth-hs256|auth-rs256|hooks|headers PORT=… DATABASE_URL=… JWT_…=… \
 //     node --import tsx scripts/bench/ladder-server.ts
 // The steps, each adding to the one before:
 //   minimal     Fastify (no logger), one pg.Pool of DATABASE_POOL_MAX connections, the best SQL for the
 //               page (scripts/bench/best-sql.ts, as pgbench runs it: a named prepared statement on its
 //               generic plan) and the route's response schema; nothing validated, nothing else
-//   statement   the route's request schema with the service's validation (src/validation.ts), the
-//               service's pool and read() (plugins/env.ts, plugins/db.ts), and its statement,
-//               listGrantedPermissions, called as the route calls it, with its 404 check
+//   validated   the route's request schema (path and query) with the service's validation (src/validation.ts)
+//   pool        the service's pool and read() (plugins/env.ts, plugins/db.ts) in place of the pg.Pool
+//   statement   the service's statement, listGrantedPermissions, in place of the best SQL, called as
+//               the route calls it, with its 404 check
 //   auth-hs256  plugins/auth.ts as src/app.ts registers it, the route's scope checked (JWT_SECRET)
 //   auth-rs256  the same with JWT_PUBLIC_KEY (RS256), as the bench runs the service
 //   hooks       the request id (src/request-id.ts as the id and the X-Request-Id hook of src/app.ts),
@@ -38,7 +39,7 @@ import type * as Target from '../../src/routes/permissions/target.js'
 import type * as Validation from '../../src/validation.js'
 import { idealListSql } from './best-sql.js'
 
-const STEPS = ['minimal', 'statement', 'auth-hs256', 'auth-rs256', 'hooks', 'headers'] as const
+const STEPS = ['minimal', 'validated', 'pool', 'statement', 'auth-hs256', 'auth-rs256', 'hooks', 'headers'] as const
 /** The steps this server serves; the ladder's last, the service, is the service's own build. */
 export type ServedStep = typeof STEPS[number]
 
@@ -61,19 +62,30 @@ const app = has('hooks')
   ? Fastify({ logger: false, requestIdHeader: false, genReqId: (await built<typeof RequestId>('src/request-id.js')).requestIdOf })
   : Fastify({ logger: false })
 
-if (step === 'minimal') {
-  const pool = new pg.Pool({ connectionString: config.DATABASE_URL, max: config.DATABASE_POOL_MAX, options: '-c plan_cache_mode=force_generic_plan' })
-  pool.on('error', () => {}) // an idle connection lost: the pool connects anew
-  app.addHook('onClose', async () => { await pool.end() })
+if (!has('statement')) {
+  // The best SQL for the page, as pgbench runs it: a named prepared statement on its generic plan.
   const best = { name: 'best', text: idealListSql({ sortBy: 'name.asc' }) }
   interface Row { permission_id: string | null, permission_name: string, permission_description: string | null }
-  app.get<{ Params: { resource_id: string, client_id: string }, Querystring: { limit?: string, offset?: string } }>(
-    route.url, { schema: { response: route.schema.response } }, async (request) => {
+  let rowsOf: (values: unknown[]) => Promise<Row[]>
+  if (has('pool')) {
+    const { default: env } = await built<typeof EnvPlugin>('plugins/env.js')
+    const { default: db } = await built<typeof DbPlugin>('plugins/db.js')
+    await app.register(env, { config })
+    await app.register(db)
+    rowsOf = async (values) => (await app.read(async (db) => ({ rows: (await db.query<Row>({ ...best, values })).rows, position: undefined }))).rows
+  } else {
+    const pool = new pg.Pool({ connectionString: config.DATABASE_URL, max: config.DATABASE_POOL_MAX, options: '-c plan_cache_mode=force_generic_plan' })
+    pool.on('error', () => {}) // an idle connection lost: the pool connects anew
+    app.addHook('onClose', async () => { await pool.end() })
+    rowsOf = async (values) => (await pool.query<Row>({ ...best, values })).rows
+  }
+  if (has('validated')) app.setValidatorCompiler((await built<typeof Validation>('src/validation.js')).validatorCompiler)
+  app.get<{ Params: { resource_id: string, client_id: string }, Querystring: { limit?: string | number, offset?: string | number } }>(
+    route.url, { schema: has('validated') ? route.schema : { response: route.schema.response } }, async (request) => {
       const { resource_id: resourceId, client_id: clientId } = request.params
       const { limit = '50', offset = '0' } = request.query
-      const { rows } = await pool.query<Row>({ ...best, values: [resourceId, clientId, limit, offset] })
       const page: Array<{ id: string, name: string, description?: string }> = []
-      for (const row of rows) {
+      for (const row of await rowsOf([resourceId, clientId, limit, offset])) {
         if (row.permission_id === null) continue
         page.push(row.permission_description === null
           ? { id: row.permission_id, name: row.permission_name }

@@ -3,7 +3,7 @@
 // the client holding 1,000 grants. Each step is a process of its own built from the service's own
 // modules (scripts/bench/ladder-server.ts says what each adds), the last the service itself,
 // started as the bench starts it:
-//   minimal → statement → auth-hs256 → auth-rs256 → hooks → headers → service
+//   minimal → validated → pool → statement → auth-hs256 → auth-rs256 → hooks → headers → service
 // All run side by side on the same database. First a guard: every step answers the page with the
 // service's body byte for byte, and the headers and refusals its layers add, or nothing is measured
 // (a step that did less work would look cheap). Then, after a warm-up, BENCH_ROUNDS rounds of
@@ -34,12 +34,14 @@ export const LADDER_GRANTS = 10_000
 const MIN_ROUNDS = 5
 const WARM_UP_SECONDS = 2
 
-type StepKey = ServedStep | 'service'
+type StepKey = ServedStep | 'service' | 'before'
 
 /** The steps, in order, and what each adds to the one before (scripts/bench/ladder-server.ts). */
 export const LADDER_STEPS: ReadonlyArray<{ key: StepKey, adds: string }> = [
   { key: 'minimal', adds: 'Fastify (no logger), a pg.Pool, the best SQL as a prepared statement, the route\'s response schema' },
-  { key: 'statement', adds: 'the request schema validated as the service does, plugins/db.ts\'s pool and read(), listGrantedPermissions and its 404' },
+  { key: 'validated', adds: 'the route\'s path and query schemas, validated as the service does (src/validation.ts)' },
+  { key: 'pool', adds: 'plugins/db.ts\'s pool and read() in place of the pg.Pool' },
+  { key: 'statement', adds: 'the service\'s statement (listGrantedPermissions) and its 404, in place of the best SQL' },
   { key: 'auth-hs256', adds: 'plugins/auth.ts: a Bearer token checked, HS256 (verified tokens cached), scope read:resource' },
   { key: 'auth-rs256', adds: 'the same with RS256 (JWT_PUBLIC_KEY), as the service is benched' },
   { key: 'hooks', adds: 'the request id and X-Request-Id, plugins/pressure.ts, plugins/metrics.ts' },
@@ -101,6 +103,8 @@ export interface LadderReport {
   guard: Check[]
   /** BENCH_PROFILE: the service step's CPU profile, summed by package and function (scripts/bench/profile.ts). */
   profile?: { file: string, summary: string }
+  /** BENCH_LADDER_BASELINE: the service built at that revision, in the same rounds. */
+  before?: { revision: string, subject: string, rounds: Run[], reqPerSec: Spread, errors: number, serviceToBefore: Spread }
 }
 
 const median = (values: number[]) => {
@@ -157,7 +161,8 @@ async function sameWork (steps: Running[], path: string): Promise<{ checks: Chec
   const checks: Check[] = []
   for (const step of steps) {
     const page = step === service ? reference : await fetchPage(step.url + path, step.headers)
-    const at = indexOf(step.key)
+    // The build before (BENCH_LADDER_BASELINE) is checked as the service is.
+    const at = step.key === 'before' ? indexOf('service') : indexOf(step.key)
     checks.push({
       check: `${step.key}: 200 with the service's body, byte for byte`,
       pass: page.status === 200 && reference.status === 200 && page.body === reference.body,
@@ -206,13 +211,18 @@ export interface LadderOptions {
   folder: string
   /** Where to write the service step's CPU profile and its summary (BENCH_PROFILE); undefined: no profile. */
   profileTo?: string
+  /**
+   * Another build of the service (BENCH_LADDER_BASELINE, scripts/bench/revision.ts), measured in the
+   * same rounds: the service before a change beside the service after it.
+   */
+  baseline?: { name: string, subject: string, root: string }
   /** The best SQL's tps in pgbench for `seconds`; undefined without pgbench. */
   bestSqlTps?: (seconds: number) => Promise<number>
   log: (line: string) => void
 }
 
 export async function measureLadder (options: LadderOptions): Promise<LadderReport> {
-  const { db, grants, path, env, bearer, rounds, seconds, connections, folder, profileTo, bestSqlTps, log } = options
+  const { db, grants, path, env, bearer, rounds, seconds, connections, folder, profileTo, baseline, bestSqlTps, log } = options
   const started = Date.now()
   await loadScale(db, grants)
   log(`# ${LADDER_SCENARIO}: ${grants} grants loaded in ${((Date.now() - started) / 1000).toFixed(0)} s`)
@@ -245,6 +255,11 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
         steps.push({ key, url: line, child, headers, withoutScope })
       }
       log(`# ${LADDER_SCENARIO}: ${key} listening`)
+    }
+    if (baseline) {
+      const { url, child } = await startService(ladderEnv, { root: baseline.root })
+      steps.push({ key: 'before', url, child, headers: { authorization: bearer('read:resource') }, withoutScope: { authorization: bearer('delete:resource') } })
+      log(`# ${LADDER_SCENARIO}: the service at ${baseline.name} (before) listening`)
     }
 
     const { checks: guard, reference } = await sameWork(steps, path)
@@ -310,13 +325,23 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
       })
     }
     const [minimal, serviceStep] = [reports[0], reports.at(-1)!]
+    const beforeRuns = runs.get('before')
+    const before: LadderReport['before'] = baseline && beforeRuns && {
+      revision: baseline.name,
+      subject: baseline.subject,
+      rounds: beforeRuns,
+      reqPerSec: spread(beforeRuns.map((run) => run.reqPerSec)),
+      errors: beforeRuns.reduce((sum, run) => sum + run.errors, 0),
+      // Round by round, the service ÷ the build before: both measured in the same round.
+      serviceToBefore: spread(beforeRuns.map((run, round) => runs.get('service')![round].reqPerSec / run.reqPerSec))
+    }
     const http = runs.get('http-ceiling')!
     const bestSql = runs.get('best-sql')
     const httpCeiling = { reqPerSec: spread(http.map((run) => run.reqPerSec)), errors: http.reduce((sum, run) => sum + run.errors, 0), rounds: http }
     const bestSqlTpsValues = bestSql?.map((run) => run.reqPerSec)
     const machineCeiling = bestSqlTpsValues ? 1 / (1 / httpCeiling.reqPerSec.median + 1 / median(bestSqlTpsValues)) : undefined
 
-    const erring = [...reports.map(({ key, errors }) => ({ key: String(key), errors })), { key: 'HTTP ceiling', errors: httpCeiling.errors }]
+    const erring = [...reports.map(({ key, errors }) => ({ key: String(key), errors })), { key: 'HTTP ceiling', errors: httpCeiling.errors }, ...(before ? [{ key: 'before', errors: before.errors }] : [])]
       .filter(({ errors }) => errors > 0)
     const checks: Check[] = [{
       check: 'the guard: every step answers 200 with the service\'s body byte for byte, and the headers and 401/403 its layers add',
@@ -332,7 +357,7 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
 
     let profile: LadderReport['profile']
     if (profileTo) {
-      await stopProcess(steps.at(-1)!.child) // the profile is written as the process exits
+      await stopProcess(steps.find(({ key }) => key === 'service')!.child) // the profile is written as the process exits
       const [written] = (await readdir(profileFolder)).filter((name) => name.endsWith('.cpuprofile'))
       const file = join(profileTo, 'ladder-service.cpuprofile')
       await mkdir(profileTo, { recursive: true })
@@ -358,7 +383,8 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
       serviceOverMinimalUs: (1 / serviceStep.reqPerSec.median - 1 / minimal.reqPerSec.median) * 1e6,
       checks,
       guard,
-      profile
+      profile,
+      before
     }
   } finally {
     await Promise.all([...steps.map(({ child }) => child), ...others].map(stopProcess))
@@ -391,6 +417,10 @@ export function ladderSummary (report: LadderReport): string {
         `minimal ÷ ceiling ${fixed(report.minimalToCeiling, 2)}, `
       : 'Machine ceiling: not measured (no pgbench). ') +
       `service ÷ minimal ${fixed(report.serviceToMinimal, 2)}: the service spends ${fixed(report.serviceOverMinimalUs, 1)} µs per request more than the minimal (the steps' sum).`,
+    ...(report.before
+      ? ['', `Before and after: the service at ${report.before.revision} ("${report.before.subject}") ${range(report.before.reqPerSec)} req/s in the same rounds; ` +
+          `service ÷ before, round by round: median ${fixed(report.before.serviceToBefore.median, 2)} [${fixed(report.before.serviceToBefore.min, 2)}–${fixed(report.before.serviceToBefore.max, 2)}].`]
+      : []),
     '',
     ...report.checks.map(({ check, pass, measured }) => `${pass ? 'PASS' : 'FAIL'}  ${check}: ${measured}`)
   ].join('\n')
