@@ -134,14 +134,14 @@ if (!has('statement')) {
       fastify.get<{
         Params: List['parameters']['path']
         Querystring: Required<NonNullable<List['parameters']['query']>>
-      }>(route.url, { schema: route.schema, config: route.config }, async (request) => {
+      }>(route.url, { schema: route.schema, config: route.config }, async (request, reply) => {
         const { resource_id: resourceId, client_id: clientId } = request.params
         const { limit, offset: page, sort_by: sortBy } = request.query
         const result = await fastify.read((db, position) => listGrantedPermissions(db, {
           resourceId, clientId, limit, page, sort: parseSortBy(sortBy)
         }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, position }))
         assertClientAuthorized(result, resourceId, clientId)
-        return result.permissions
+        return reply.type('application/json; charset=utf-8').send(result.permissionsJson)
       })
     })
   }

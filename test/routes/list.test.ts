@@ -342,3 +342,21 @@ t.test('every description order, ties and missing descriptions included, pages f
     }
   }
 })
+
+t.test('the page is JSON written by PostgreSQL: any text comes back as it was stored, byte for byte as JSON.stringify writes it', async (t) => {
+  const hostile = ['quote " and backslash \\ and slash /', 'line\nbreak\ttab\u0001control\u001f', 'separator \u2028 and \u2029 and \u007f', 'emoji 🔑 and ü', '<script>&amp;</script>']
+  const permissions = hostile.map((text, i) => ({ id: `${text} #${i}`, resource_id: 'text-api', name: `t${i}:text`, description: text }))
+  await harness.seed({
+    resources: [{ id: 'text-api' }],
+    clients: [{ id: 'text-app' }],
+    // One without a description: the key is left out, not null.
+    permissions: [...permissions, { id: 'bare', resource_id: 'text-api', name: 'u:bare' }],
+    authorizations: [{ resource_id: 'text-api', client_id: 'text-app', permission_ids: [...permissions.map(({ id }) => id), 'bare'] }]
+  })
+  const res = await list('', ordersPath('text-app', 'text-api'))
+  t.equal(res.status, 200)
+  const expected = [...permissions.map(({ id, name, description }) => ({ id, name, description })), { id: 'bare', name: 'u:bare' }]
+  t.equal(res.text, JSON.stringify(expected))
+  const empty = await list('?offset=5&limit=10', ordersPath('text-app', 'text-api'))
+  t.equal(empty.text, '[]', 'a page past the end is an empty array')
+})
