@@ -20,6 +20,9 @@ const layers: Array<[string, (file: string) => boolean]> = [
   ['scripts and tests', (file) => file.startsWith('scripts/') || file.startsWith('test/')]
 ]
 const layerOf = (file: string) => layers.findIndex(([, holds]) => holds(file))
+// The bench's ablation ladder builds the application a layer at a time, as src/app.ts builds it
+// whole: it registers the list's route module (from the build) and types itself after it.
+const stacksTheApp = ['scripts/bench/ladder-server.ts']
 
 async function sourcesUnder (dir: string): Promise<string[]> {
   const entries = await readdir(join(projectRoot, dir), { withFileTypes: true, recursive: true })
@@ -49,7 +52,7 @@ t.test('no module imports from a layer above its own', async (t) => {
       edges++
       const [from, to] = [layerOf(file), layerOf(imported)]
       if (to > from) t.fail(`${file} (${layers[from][0]}) imports ${imported} (${layers[to][0]})`)
-      if (imported.startsWith('src/routes/') && !file.startsWith('src/')) t.fail(`${file} imports the route module ${imported}`)
+      if (imported.startsWith('src/routes/') && !file.startsWith('src/') && !stacksTheApp.includes(file)) t.fail(`${file} imports the route module ${imported}`)
     }
   }
   t.ok(edges > 100, `${edges} imports checked`)
