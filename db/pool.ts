@@ -2,7 +2,7 @@
 // each new connection, and a memory of the database's last sign of life, so that a request that
 // cannot get a connection in time is told apart: the pool is busy (overload) or the database
 // cannot be reached (outage). https://node-postgres.com/apis/pool
-import { once } from 'node:events'
+import { EventEmitter, once } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import pg from 'pg'
 import { ConnectionWaitTimeout, DatabaseUnreachable, isDatabaseUnavailable } from './errors.js'
@@ -34,12 +34,38 @@ const NEW_CONNECTION_TIMED_OUT = 'Connection terminated due to connection timeou
 
 type ConnectCallback = (err: Error | undefined, client: pg.PoolClient | undefined, done: (release?: unknown) => void) => void
 
+/**
+ * pg's Client, its queries bounded by its pool (queryTimeoutMs) rather than by pg's query_timeout,
+ * which arms a timer and a closure for every query: measured, most of the pool's cost per request
+ * (docs/performance.md, the ladder). A query notes when the client began waiting for answers; the
+ * pool's one sweep ends a client that has waited past the bound.
+ */
+class BoundedClient extends pg.Client {
+  /** performance.now() when the queries now pending were sent (the first of them); -1: none pending. */
+  pendingSince = -1
+
+  constructor (config?: string | pg.ClientConfig) {
+    super(config)
+    // Every query sent has been answered (pg says so once its queue is empty).
+    EventEmitter.prototype.on.call(this, 'drain', () => { this.pendingSince = -1 })
+  }
+}
+const sendQuery = pg.Client.prototype.query as (this: pg.Client, ...args: unknown[]) => unknown
+// pg's query() has many overloads; this one only notes the time, after pg took the query.
+BoundedClient.prototype.query = function query (this: BoundedClient, ...args: unknown[]) {
+  const result = sendQuery.apply(this, args)
+  if (this.pendingSince < 0) this.pendingSince = performance.now()
+  return result
+} as typeof pg.Client.prototype.query
+
 export class DatabasePool extends pg.Pool {
   /** performance.now() when the database last answered: a connection made or a query answered. */
   lastAnsweredAt = -Infinity
   /** performance.now() when the database was last found unreachable. */
   lastUnreachableAt = -Infinity
   readonly #connectionWaitMs: number
+  readonly #clients = new Set<BoundedClient>()
+  readonly #sweep: NodeJS.Timeout | undefined
 
   constructor ({ connectionString, max, connectionWaitMs, queryTimeoutMs, settings = {}, idleTimeoutMs = 10_000 }: DatabasePoolOptions) {
     const options = Object.entries(settings).map(([name, value]) => `-c ${name}=${value}`).join(' ')
@@ -47,11 +73,19 @@ export class DatabasePool extends pg.Pool {
       connectionString,
       max,
       connectionTimeoutMillis: connectionWaitMs,
-      query_timeout: queryTimeoutMs,
+      // pg's Pool builds its clients as `new Client(options)`.
+      Client: BoundedClient as unknown as new () => pg.ClientBase,
       idleTimeoutMillis: idleTimeoutMs,
       ...(options ? { options } : {})
     })
     this.#connectionWaitMs = connectionWaitMs
+    if (queryTimeoutMs > 0) {
+      this.on('connect', (client) => this.#clients.add(client as unknown as BoundedClient))
+      this.on('remove', (client) => this.#clients.delete(client as unknown as BoundedClient))
+      // A tenth of the bound, within 10 ms and 1 s: a query unanswered is ended at most that late.
+      this.#sweep = setInterval(() => this.#endUnanswered(queryTimeoutMs), Math.min(1000, Math.max(10, queryTimeoutMs / 10)))
+      this.#sweep.unref()
+    }
     this.on('connect', () => this.#answered())
     this.on('release', (error?: Error) => {
       // Checked first: a server shutting down also answers with a DatabaseError (57P01).
@@ -59,6 +93,30 @@ export class DatabasePool extends pg.Pool {
       // Any other DatabaseError is an answer too (a constraint, a cancelled statement).
       else if (!error || error instanceof pg.DatabaseError) this.#answered()
     })
+  }
+
+  /**
+   * Ends each client whose queries have gone unanswered past `bound` (a server that answers
+   * nothing: frozen, or cut off; a slow statement is cancelled by the server's statement_timeout
+   * first). pg's end() destroys the socket of a client with a query pending, which fails with
+   * "Connection terminated" (an outage to db/errors.ts) without an 'error' event, and the pool
+   * drops the client when it is released.
+   */
+  #endUnanswered (bound: number): void {
+    const now = performance.now()
+    for (const client of this.#clients) {
+      if (client.pendingSince >= 0 && now - client.pendingSince > bound) {
+        client.pendingSince = -1
+        client.end().catch(() => {})
+      }
+    }
+  }
+
+  override end (): Promise<void>
+  override end (callback: () => void): void
+  override end (callback?: () => void): Promise<void> | void {
+    clearInterval(this.#sweep)
+    return callback ? super.end(callback) : super.end()
   }
 
   #answered (): void {
