@@ -51,10 +51,13 @@ class BoundedClient extends pg.Client {
   }
 }
 const sendQuery = pg.Client.prototype.query as (this: pg.Client, ...args: unknown[]) => unknown
-// pg's query() has many overloads; this one only notes the time, after pg took the query.
-BoundedClient.prototype.query = function query (this: BoundedClient, ...args: unknown[]) {
+// pg's query() has many overloads; this one only notes the time, after pg took the query. A client
+// with nothing in flight starts the clock again even before its 'drain': pg-pool hands a client
+// that has just answered to the next waiter, who sends its query within that answer's callback.
+BoundedClient.prototype.query = function query (this: BoundedClient & { readyForQuery: boolean }, ...args: unknown[]) {
+  const idle = this.readyForQuery
   const result = sendQuery.apply(this, args)
-  if (this.pendingSince < 0) this.pendingSince = performance.now()
+  if (idle || this.pendingSince < 0) this.pendingSince = performance.now()
   return result
 } as typeof pg.Client.prototype.query
 
@@ -115,8 +118,11 @@ export class DatabasePool extends pg.Pool {
   override end (): Promise<void>
   override end (callback: () => void): void
   override end (callback?: () => void): Promise<void> | void {
-    clearInterval(this.#sweep)
-    return callback ? super.end(callback) : super.end()
+    // The sweep stops once the pool has ended: pg-pool's end() waits for the clients checked out,
+    // and one waiting on a server that answers nothing is ended by the sweep.
+    const ended = super.end().finally(() => clearInterval(this.#sweep))
+    if (!callback) return ended
+    ended.then(() => callback(), () => callback())
   }
 
   #answered (): void {

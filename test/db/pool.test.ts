@@ -123,6 +123,44 @@ t.test('every connection busy, database answering → ConnectionWaitTimeout (ove
   t.same(rows, [{ one: 1 }], 'served once a connection is free')
 })
 
+t.test('a pool saturated for longer than the query timeout: every query answered, no connection ended (the bound is per query)', async (t) => {
+  // One connection, four callers always waiting: pg-pool hands the client from one query's answer
+  // straight to the next caller, so it never drains while this runs, three times the bound.
+  const pool = new DatabasePool({ connectionString: await createTestDatabase(t), max: 1, connectionWaitMs: 5_000, queryTimeoutMs: 300 })
+  pool.on('error', () => {})
+  t.teardown(() => pool.end())
+  const until = Date.now() + 900
+  let answered = 0
+  const failures: string[] = []
+  await Promise.all(Array.from({ length: 4 }, async () => {
+    while (Date.now() < until) {
+      await pool.query('SELECT pg_sleep(0.02)').then(() => { answered++ }, (error: Error) => { failures.push(error.message) })
+    }
+  }))
+  t.same(failures, [], 'no query failed')
+  t.ok(answered > 20, `${answered} queries answered`)
+  t.notOk(pool.unreachable, 'the database was never taken for unreachable')
+})
+
+t.test('a query the server never answers ends its connection after the query timeout: an outage, and pool.end() still ends', async (t) => {
+  // A black hole that completes no startup: the connect would time out first, so the client is
+  // connected to a real server whose query is then held by an advisory lock the test keeps.
+  const connectionString = await createTestDatabase(t)
+  const holder = poolOn(connectionString)
+  const lock = await holder.connect()
+  await lock.query('SELECT pg_advisory_lock(4242)')
+  const pool = new DatabasePool({ connectionString, max: 1, connectionWaitMs: 5_000, queryTimeoutMs: 300 })
+  pool.on('error', () => {})
+  const started = Date.now()
+  const error = await pool.query('SELECT pg_advisory_lock(4242)').then(() => undefined, (error: Error) => error)
+  const took = Date.now() - started
+  t.match(error?.message, /Connection terminated/)
+  t.ok(isDatabaseUnavailable(error), 'classified as unavailable')
+  t.ok(took >= 300 && took < 2_000, `ended after the bound, within a tenth of it or so: ${took} ms`)
+  await pool.end()
+  lock.release()
+})
+
 t.test('a new connection that times out while the pool\'s others are answering → overload, not an outage', async (t) => {
   // A proxy to the test server that lets two connections through and leaves later ones unanswered,
   // as a database too busy to take one more connection does.
