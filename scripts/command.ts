@@ -120,3 +120,12 @@ export async function openingComment (file: URL): Promise<string> {
   const end = lines.findIndex((line) => !line.startsWith('//'))
   return lines.slice(0, end).map((line) => line.replace(/^\/\/ ?/, '')).join('\n')
 }
+
+/**
+ * Runs `script` once its command line is read (it takes no options; the environment sets it up):
+ * for a script whose top level starts work, so --help prints its opening comment and starts nothing.
+ */
+export async function runAfterCommandLine (script: URL, usage: string): Promise<void> {
+  processCommandLine({ usage, about: await openingComment(script), options: {} })
+  await import(script.href)
+}
