@@ -161,6 +161,27 @@ t.test('an idle stream gets a heartbeat comment every FEED_HEARTBEAT_MS, and no 
   t.match(s.text(), /^retry: 1000\n\n(: heartbeat\n\n)+$/, 'nothing else on the wire')
 })
 
+t.test('a heartbeat due while the stream\'s first page is read waits: the retry field comes first', async (t) => {
+  const harness = await build(t, { FEED_HEARTBEAT_MS: '100' })
+  // The first read waits on this lock for several heartbeat ticks. Held briefly: a lock this
+  // strong takes a transaction id, which holds back the feed of every test file beside this one.
+  const locker = await harness.db.connect()
+  let opening: Promise<SseStream> | undefined
+  try {
+    await locker.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE')
+    opening = stream(t, harness)
+    await until('the first read waiting on the lock', async () => (await harness.db.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rows[0].n > 0)
+    await sleep(400)
+  } finally {
+    await locker.query('ROLLBACK')
+    locker.release()
+  }
+  const s = await opening!
+  await s.until('two heartbeats', () => s.comments.length >= 2, 10_000)
+  t.match(s.text(), /^retry: 1000\n\n(: heartbeat\n\n)+$/, 'the retry field first, then heartbeats only')
+})
+
 t.test('a consumer that stops reading is cut when changes come while more than FEED_STREAM_BUFFER_BYTES wait for it; one reading normally gets every change; the count returns to 0', async (t) => {
   const logs = captureLogs()
   const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '4096', LOG_LEVEL: 'info' }, { logs: logs.stream })

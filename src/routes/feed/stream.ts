@@ -25,6 +25,8 @@ class EventStream implements FeedSubscriber, OpenStream {
   readonly body = new Readable({ read () {} })
   after: bigint
   closed = false
+  /** Whether the stream's first bytes (the retry field) are written: no heartbeat comes before them. */
+  #started = false
   /** Bytes of the last write: a consumer keeping up may still be reading them. */
   #lastWrite = 0
   readonly #closed: Promise<void>
@@ -56,12 +58,14 @@ class EventStream implements FeedSubscriber, OpenStream {
   }
 
   // Only on an idle stream: one with bytes still waiting is not idle to a gateway, and a consumer
-  // that has stopped reading is cut by the next change, not by the clock.
+  // that has stopped reading is cut by the next change, not by the clock. Not before the stream has
+  // started: the tick may come while its first page is still being read.
   heartbeat (): void {
-    if (this.waiting === 0) this.#push(HEARTBEAT)
+    if (this.#started && this.waiting === 0) this.#push(HEARTBEAT)
   }
 
   start (): void {
+    this.#started = true
     this.#push(RECONNECT_AFTER)
   }
 
