@@ -30,7 +30,9 @@ if (!binary) {
   await writeFile(join(dir, 'pgbouncer.ini'), [
     '[databases]',
     `${database} = host=${directUrl.hostname} port=${directUrl.port} dbname=${database} ` +
-      `user=${decodeURIComponent(directUrl.username)} password=${decodeURIComponent(directUrl.password)}`,
+      `user=${decodeURIComponent(directUrl.username)}` +
+      // A server that asks none (TEST_DATABASE_URL without one): an empty `password=` is a syntax error.
+      (directUrl.password ? ` password=${decodeURIComponent(directUrl.password)}` : ''),
     '[pgbouncer]',
     'listen_addr = 127.0.0.1',
     `listen_port = ${port}`,
