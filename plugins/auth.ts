@@ -9,7 +9,8 @@ import fp from 'fastify-plugin'
 import { TokenError } from 'fast-jwt'
 import type { JwtKey } from '../src/config.js'
 import { KeySetUnavailable, keySetResolver } from '../src/key-set.js'
-import { problems } from '../src/problems.js'
+import { Problem, problemNameOf, problems } from '../src/problems.js'
+import { requestSpan } from '../src/tracing.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -157,9 +158,19 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
 
   // Global, so it covers every route whenever and by whichever plugin it was registered. Nothing is
   // routed for a 404: the answer is the same with or without a token, and the paths are published.
+  // The outcome goes on the request's span when it is traced: the problem's name when refused.
   fastify.addHook('onRequest', async function authorize (request) {
     const { config } = request.routeOptions
-    if (config.public === true || request.is404) return
-    await authenticate(request, config.scopes ?? [])
+    if (config.public === true || request.is404) {
+      requestSpan(request)?.setAttribute('auth.outcome', 'public')
+      return
+    }
+    try {
+      await authenticate(request, config.scopes ?? [])
+    } catch (error) {
+      requestSpan(request)?.setAttribute('auth.outcome', error instanceof Problem ? problemNameOf(error.type) : 'error')
+      throw error
+    }
+    requestSpan(request)?.setAttribute('auth.outcome', 'allowed')
   })
 }, { name: 'auth' })

@@ -1,5 +1,5 @@
 // The application as a plugin: cross-cutting plugins first, then routes, then error handling.
-// Only src/server.ts listens; tests register this same plugin (test/helper.ts).
+// Only src/serve.ts listens (started by src/server.ts); tests register this same plugin (test/helper.ts).
 import type { Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
@@ -11,6 +11,7 @@ import feed from '../plugins/feed.js'
 import lifecycle from '../plugins/lifecycle.js'
 import metrics from '../plugins/metrics.js'
 import pressure from '../plugins/pressure.js'
+import tracingPlugin, { IncomingLineAfterSpan } from '../plugins/tracing.js'
 import { audiencesOf, type Config, isProduction, jwksOverNetworkHttp, jwtKeyOf, scopeClaimsOf, tokenTypeOf } from './config.js'
 import { operations } from './generated/operations.js'
 import { registerJsonBodyParser } from './json-body.js'
@@ -21,13 +22,20 @@ import changeFeed from './routes/feed/index.js'
 import healthRoutes from './routes/health.js'
 import permissionRoutes from './routes/permissions/index.js'
 import problemPages from './routes/problems.js'
+import type { Tracing } from './tracing.js'
 import { validatorCompiler } from './validation.js'
 
-export interface AppOptions { config: Config }
+export interface AppOptions {
+  config: Config
+  /** Started by src/server.ts when the OTEL_* variables ask for traces (src/tracing.ts). */
+  tracing?: Tracing
+}
 
 export interface ServerOutput {
   /** Whether the process's stdout is a terminal (process.stdout.isTTY): a person reads the logs. */
   stdoutIsTerminal?: boolean
+  /** Whether requests are traced: plugins/tracing.ts then writes the "incoming request" line, trace and all. */
+  traced?: boolean
 }
 
 /**
@@ -35,7 +43,7 @@ export interface ServerOutput {
  * Logs are JSON lines, except in development with a terminal on stdout: pino-pretty's lines then,
  * written by pino's transport after the same redaction and serializers.
  */
-export function serverOptions (config: Config, { stdoutIsTerminal = false }: ServerOutput = {}): FastifyHttpOptions<Server> {
+export function serverOptions (config: Config, { stdoutIsTerminal = false, traced = false }: ServerOutput = {}): FastifyHttpOptions<Server> {
   return {
     logger: {
       level: config.LOG_LEVEL,
@@ -43,6 +51,7 @@ export function serverOptions (config: Config, { stdoutIsTerminal = false }: Ser
       serializers: { req: serializeRequest, res: serializeReply },
       ...(stdoutIsTerminal && !isProduction(config) ? { transport: prettyLogs } : {})
     },
+    ...(traced ? { logController: new IncomingLineAfterSpan() } : {}),
     requestIdHeader: false,
     genReqId: requestIdOf,
     // DELETE bodies above this are refused with 413.
@@ -97,7 +106,9 @@ function trustProxyOf (setting: string): boolean | string {
   return setting === 'true' || setting === 'false' ? setting === 'true' : setting
 }
 
-async function app (fastify: FastifyInstance, { config }: AppOptions) {
+async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
+  // First: its onRequest hook opens the request's span, which every later hook runs in.
+  if (tracing) await fastify.register(tracingPlugin, { tracing })
   const jwtKey = jwtKeyOf(config)
   if (!jwtKey) throw new Error('one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required')
   if (jwksOverNetworkHttp(config)) {

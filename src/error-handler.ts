@@ -4,12 +4,14 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
+import { requestSpan } from './tracing.js'
 import { type FieldError, OVERLOADED, Problem, PROBLEM_CONTENT_TYPE, problems, SHUTTING_DOWN, STARTING, statusPhrase } from './problems.js'
 
 export function sendProblem (reply: FastifyReply, problem: Problem): FastifyReply {
   // Answered before its body arrived (401, 403, 405, 413, 415...): the connection is closed rather
   // than kept reading a body nobody will use, which a slow sender could stretch for ever.
   if (!reply.request.raw.complete) reply.header('connection', 'close')
+  requestSpan(reply.request)?.setAttribute('problem.type', problem.type)
   return reply.code(problem.status).headers(problem.headers).type(PROBLEM_CONTENT_TYPE)
     .send({ ...problem.toJSON(), request_id: reply.request.id })
 }

@@ -121,6 +121,8 @@ export type ProblemName = keyof typeof problemTypes
 
 /** The `type` of the problems named `name`: a relative URI that opens its page (GET /problems/{name}). */
 export const problemTypeUri = (name: ProblemName) => `/problems/${name}`
+/** The name in a problem type URI of ours (/problems/{name}); about:blank stays as it is. */
+export const problemNameOf = (type: string) => type.startsWith('/problems/') ? type.slice('/problems/'.length) : type
 
 /** The catalogue entry of a name, if it is one (own keys only: `constructor` is no problem type). */
 export function problemTypeOf (name: string): ProblemType | undefined {

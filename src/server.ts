@@ -1,128 +1,13 @@
-// The only file that listens. Reads the configuration, and on a laptop (NODE_ENV unset, development
-// or test, and no DATABASE_URL) starts the embedded PostgreSQL with demo data and prints a token to
-// try the API with. Any other NODE_ENV gets production rules: no gap is filled locally.
-import { randomUUID } from 'node:crypto'
-import { readFile } from 'node:fs/promises'
-import type { AddressInfo } from 'node:net'
-import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
-import closeWithGrace from 'close-with-grace'
-import Fastify from 'fastify'
-import type { RunningPostgres } from '../db/embedded-postgres.js'
-import { isDatabaseUnavailable } from '../db/errors.js'
-import { DEMO_SEED_ACTOR, seedDatabase, type SeedData } from '../db/seed.js'
-import app, { serverOptions } from './app.js'
-import { type Config, isProduction, jwtKeyOf, loadStartupConfig } from './config.js'
-import { everyScope, openLocalDatabase, signToken, withLocalDefaults } from './local-dev.js'
-import { projectRoot } from './project-root.js'
+// The process's entry point. Tracing, when the OTEL_* variables ask for it, starts before anything
+// else is loaded: pg's instrumentation patches pg as it loads (src/tracing.ts). Then the service.
+import { startTracing, type Tracing } from './tracing.js'
 
-function fail (message: string): never {
-  console.error(message)
+let tracing: Tracing | undefined
+try {
+  tracing = await startTracing()
+} catch (error) {
+  console.error((error as Error).message)
   process.exit(1)
 }
-
-let config
-try {
-  config = loadStartupConfig()
-} catch (error) {
-  fail((error as Error).message)
-}
-
-// A secret generated here is only ever used on this machine, so a token signed with it may be shown.
-const usingLocalSecret = !jwtKeyOf(config)
-let localDatabase: RunningPostgres | undefined
-if (!config.DATABASE_URL) {
-  localDatabase = await openLocalDatabase({
-    port: config.EMBEDDED_POSTGRES_PORT, takeOver: true, log: (message) => console.log(message)
-  }).catch((error: Error) => fail(`Could not start the embedded PostgreSQL: ${error.message}`))
-}
-if (!isProduction(config)) config = await withLocalDefaults(config, localDatabase)
-
-// Human-readable lines for a person at a terminal in development; JSON for anything that reads them.
-const fastify = Fastify(serverOptions(config, { stdoutIsTerminal: process.stdout.isTTY === true }))
-try {
-  await fastify.register(app, { config })
-} catch (error) {
-  const reason = isDatabaseUnavailable(error) ? 'the database at DATABASE_URL cannot be reached' : (error as Error).message
-  fastify.log.fatal({ err: error }, `could not start: ${reason}`)
-  await localDatabase?.stop()
-  process.exit(1)
-}
-
-// SIGTERM/SIGINT: readiness fails at once, requests keep being served for SHUTDOWN_DELAY_MS, then
-// the listener closes (new connections are refused), in-flight requests finish, the pool closes.
-// Past SHUTDOWN_TIMEOUT_MS close-with-grace exits with code 1 whatever is left.
-closeWithGrace({ delay: config.SHUTDOWN_TIMEOUT_MS }, async ({ signal, err }) => {
-  fastify.startDraining()
-  if (err) fastify.log.error({ err }, 'closing after an uncaught error')
-  else {
-    fastify.log.info({ signal, delayMs: config.SHUTDOWN_DELAY_MS }, 'draining before close')
-    await sleep(config.SHUTDOWN_DELAY_MS)
-  }
-  await fastify.close()
-  await localDatabase?.stop()
-  fastify.log.info('closed')
-})
-
-let demoLoaded = ''
-if (localDatabase) {
-  const demo = JSON.parse(await readFile(join(projectRoot, 'db', 'demo-data.json'), 'utf8')) as Required<SeedData>
-  // Grants a user removed are granted again: the history says so, by a named actor (db/seed.ts).
-  await seedDatabase(fastify.db, demo, { recordAs: { sub: DEMO_SEED_ACTOR, requestId: `${DEMO_SEED_ACTOR}-${randomUUID()}` } })
-  const [first] = demo.authorizations
-  demoLoaded = `Demo data loaded (db/demo-data.json): try resource_id=${first.resource_id}, client_id=${first.client_id} ` +
-    `(${first.permission_ids?.length ?? 0} grants).`
-}
-
-try {
-  await fastify.listen({ host: config.HOST, port: config.PORT })
-} catch (error) {
-  const sentence = listenFailure(error as NodeJS.ErrnoException, config)
-  if (sentence) console.error(sentence)
-  else fastify.log.error({ err: error }, 'could not listen')
-  await fastify.close()
-  await localDatabase?.stop()
-  process.exit(1)
-}
-
-if (localDatabase || usingLocalSecret) {
-  const { port } = fastify.addresses()[0] as AddressInfo
-  const base = `http://localhost:${port}`
-  const lines = ['', `Swagger UI:  ${base}/docs`, `OpenAPI:     ${base}/openapi.json`]
-  if (demoLoaded) lines.push('', demoLoaded)
-  if (usingLocalSecret) {
-    const scope = everyScope.join(' ')
-    const token = signToken(config, scope, 12 * 3600)
-    lines.push(
-      '',
-      `Demo token (12 h; ${scope}), signed with this machine's secret in .data/dev-jwt-secret;`,
-      '`npm run -s token` makes another. Elsewhere tokens come from the identity provider the service trusts.',
-      'Paste it into "Authorize" in Swagger UI, or:',
-      '',
-      `  export TOKEN=${token}`,
-      `  curl -H "Authorization: Bearer $TOKEN" ${base}/resources/orders-api/authorized_clients/billing-app/permissions`,
-      ''
-    )
-  }
-  console.log(lines.join('\n'))
-}
-
-/**
- * A start that cannot bind its port, said as one sentence naming the setting to change; undefined
- * for any other failure (logged whole). The metrics listener binds first (plugins/metrics.ts
- * onReady), so a failure on METRICS_PORT is its own when the API port is not bound yet.
- */
-function listenFailure (error: NodeJS.ErrnoException & { port?: number }, { HOST, PORT, METRICS_PORT }: Config): string | undefined {
-  const setting = METRICS_PORT !== undefined && METRICS_PORT !== 0 && error.port === METRICS_PORT && !fastify.server.listening
-    ? 'METRICS_PORT'
-    : 'PORT'
-  const port = setting === 'PORT' ? PORT : METRICS_PORT
-  if (setting === 'METRICS_PORT' && METRICS_PORT === PORT) {
-    return `PORT and METRICS_PORT are both ${PORT}: set METRICS_PORT to another port (or unset it to serve /metrics on PORT).`
-  }
-  if (error.code === 'EADDRINUSE') return `Port ${port} on ${HOST} is in use: set ${setting} to a free port (or stop what holds it).`
-  if (error.code === 'EACCES') {
-    return `Port ${port} on ${HOST} needs privileges this process does not have: set ${setting} above 1023 (or grant the process the right to bind it).`
-  }
-  if (error.code === 'EADDRNOTAVAIL') return `${HOST} is not an address of this machine: set HOST to one of its addresses (0.0.0.0 for all of them).`
-}
+const { serve } = await import('./serve.js')
+await serve(tracing)

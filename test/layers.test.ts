@@ -1,5 +1,5 @@
 // Dependencies point one way, down this list (docs/architecture.md):
-//   src/app.ts, src/server.ts   the application and the process
+//   src/app.ts, src/server.ts, src/serve.ts   the application and the process
 //   src/routes/                 the operations
 //   plugins/                    cross-cutting concerns of the Fastify instance
 //   src/ leaf modules           problems, config, validation, … (no Fastify instance)
@@ -13,10 +13,10 @@ import { projectRoot } from '../src/project-root.js'
 
 const layers: Array<[string, (file: string) => boolean]> = [
   ['db', (file) => file.startsWith('db/')],
-  ['src leaf', (file) => file.startsWith('src/') && !file.startsWith('src/routes/') && !['src/app.ts', 'src/server.ts'].includes(file)],
+  ['src leaf', (file) => file.startsWith('src/') && !file.startsWith('src/routes/') && !['src/app.ts', 'src/server.ts', 'src/serve.ts'].includes(file)],
   ['plugins', (file) => file.startsWith('plugins/')],
   ['routes', (file) => file.startsWith('src/routes/')],
-  ['app', (file) => ['src/app.ts', 'src/server.ts'].includes(file)],
+  ['app', (file) => ['src/app.ts', 'src/server.ts', 'src/serve.ts'].includes(file)],
   ['scripts and tests', (file) => file.startsWith('scripts/') || file.startsWith('test/')]
 ]
 const layerOf = (file: string) => layers.findIndex(([, holds]) => holds(file))

@@ -1,0 +1,29 @@
+// Traced requests (when src/tracing.ts started tracing): @fastify/otel's request span, opened by
+// the first onRequest hook so that every other hook runs inside it, named after the route; and the
+// trace in every log line of the request. Fastify writes its "incoming request" line before any
+// hook, when no span exists yet: with tracing on, that line is written here instead, once the
+// span is open (serverOptions gives Fastify IncomingLineAfterSpan).
+import { LogController } from 'fastify'
+import fp from 'fastify-plugin'
+import { requestSpan, type Tracing } from '../src/tracing.js'
+
+/** Fastify's request lines, but for "incoming request", which the tracing plugin writes. */
+export class IncomingLineAfterSpan extends LogController {
+  override incomingRequest (): void {}
+}
+
+export interface TracingOptions { tracing: Tracing }
+
+export default fp<TracingOptions>(async function tracing (fastify, { tracing }) {
+  await fastify.register(tracing.fastifyPlugin)
+  fastify.addHook('onRequest', async function correlateLogs (request, reply) {
+    const span = requestSpan(request)
+    if (span) {
+      // As HTTP's conventions name a server span: the method and the route, never the raw URL.
+      span.updateName(`${request.method} ${request.routeOptions.url ?? ''}`.trim())
+      const { traceId, spanId } = span.spanContext()
+      request.log = reply.log = request.log.child({ trace_id: traceId, span_id: spanId })
+    }
+    request.log.info({ req: request }, 'incoming request')
+  })
+}, { name: 'tracing' })

@@ -1,0 +1,119 @@
+// Traces over OTLP/HTTP, configured by the standard OpenTelemetry variables only (docs/tracing.md).
+// Off unless an OTLP endpoint (or OTEL_TRACES_EXPORTER=otlp) is given: then no SDK is even loaded,
+// so tracing off costs nothing. On, it must start before pg is loaded: instrumentation-pg patches
+// the module as it loads (src/server.ts starts it first, then imports the rest).
+import type { FastifyPluginCallback, FastifyRequest } from 'fastify'
+
+/** Tracing as started: the request spans' plugin, registered first, and the flush at shutdown. */
+export interface Tracing {
+  fastifyPlugin: FastifyPluginCallback
+  /** Ends the batch: what is still buffered is exported (within OTEL_EXPORTER_OTLP_TIMEOUT). */
+  shutdown: () => Promise<void>
+}
+
+const SERVICE_NAME = 'client-permissions-service'
+const PROBES = ['/healthz', '/readyz']
+const PROTOCOLS = ['http/protobuf', 'http/json'] as const
+const SAMPLERS = [
+  'always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'
+]
+
+type Env = Record<string, string | undefined>
+
+/** A variable as the OpenTelemetry SDK reads it: unset when empty or blank. */
+const valueOf = (env: Env, name: string) => env[name]?.trim() || undefined
+
+export interface TracingSettings { protocol: typeof PROTOCOLS[number] }
+
+/**
+ * Whether the environment asks for traces, and how they are sent; undefined: tracing is off. A
+ * setting this service cannot honour is refused with a sentence naming it, rather than ignored:
+ * traces silently not sent look like a service that is never called.
+ */
+export function tracingSettings (env: Env): TracingSettings | undefined {
+  if (valueOf(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true') return undefined
+  const exporter = valueOf(env, 'OTEL_TRACES_EXPORTER')
+  if (exporter === 'none') return undefined
+  if (exporter !== undefined && exporter !== 'otlp') {
+    throw new Error(`OTEL_TRACES_EXPORTER=${exporter} is not supported: traces are exported as otlp (or none)`)
+  }
+  const endpoint = valueOf(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') ?? valueOf(env, 'OTEL_EXPORTER_OTLP_ENDPOINT')
+  if (endpoint === undefined && exporter === undefined) return undefined
+  const protocolVariable = valueOf(env, 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL') !== undefined
+    ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL'
+    : 'OTEL_EXPORTER_OTLP_PROTOCOL'
+  const protocol = valueOf(env, protocolVariable) ?? 'http/protobuf'
+  if (!(PROTOCOLS as readonly string[]).includes(protocol)) {
+    throw new Error(`${protocolVariable}=${protocol} is not supported: traces are sent over OTLP/HTTP (${PROTOCOLS.join(' or ')})`)
+  }
+  const sampler = valueOf(env, 'OTEL_TRACES_SAMPLER')
+  if (sampler !== undefined && !SAMPLERS.includes(sampler)) {
+    throw new Error(`OTEL_TRACES_SAMPLER=${sampler} is not one of ${SAMPLERS.join(', ')}`)
+  }
+  return { protocol: protocol as TracingSettings['protocol'] }
+}
+
+/**
+ * Starts tracing when the environment asks for it (tracingSettings): the SDK, W3C Trace Context
+ * propagation, the OTLP exporter (which reads its endpoint, headers and timeout itself), the
+ * sampler (OTEL_TRACES_SAMPLER, read by the SDK), and pg's instrumentation.
+ */
+export async function startTracing (): Promise<Tracing | undefined> {
+  // The exporter and the SDK read their own variables from process.env: so does the choice.
+  const settings = tracingSettings(process.env)
+  if (!settings) return undefined
+  const [{ NodeTracerProvider, BatchSpanProcessor }, { W3CTraceContextPropagator }, resources, { registerInstrumentations },
+    { PgInstrumentation }, { FastifyOtelInstrumentation }, { OTLPTraceExporter }] = await Promise.all([
+    import('@opentelemetry/sdk-trace-node'),
+    import('@opentelemetry/core'),
+    import('@opentelemetry/resources'),
+    import('@opentelemetry/instrumentation'),
+    import('@opentelemetry/instrumentation-pg'),
+    import('@fastify/otel'),
+    settings.protocol === 'http/json' ? import('@opentelemetry/exporter-trace-otlp-http') : import('@opentelemetry/exporter-trace-otlp-proto')
+  ])
+  const provider = new NodeTracerProvider({
+    // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override the name.
+    resource: resources.resourceFromAttributes({ 'service.name': SERVICE_NAME })
+      .merge(resources.detectResources({ detectors: [resources.envDetector] })),
+    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())]
+  })
+  provider.register({ propagator: new W3CTraceContextPropagator() })
+  // The request's span and the handler's; hooks get none of their own (a span per hook would
+  // cost more than the hooks do). Probes are not traced: a gateway checks them twice a second.
+  const fastifyOtel = new FastifyOtelInstrumentation({
+    instrumentHooks: false,
+    // Asked with the route's path, and with each request's URL (query and all).
+    ignorePaths: ({ url }) => PROBES.includes(url.split('?')[0])
+  })
+  registerInstrumentations({
+    tracerProvider: provider,
+    instrumentations: [
+      fastifyOtel,
+      // Statements only inside a request (or another span): not the pool's own checks. Their text
+      // has $n placeholders; the values never go into a span (enhancedDatabaseReporting off).
+      // Taking a connection from the pool gets no span of its own: the statement's span starts
+      // once it has one.
+      new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true })
+    ]
+  })
+  return {
+    fastifyPlugin: fastifyOtel.plugin(),
+    shutdown: () => provider.shutdown()
+  }
+}
+
+/** What the request span needs to say about a request; a no-op for a request not traced. */
+export interface SpanOfRequest {
+  setAttribute: (name: string, value: string | number) => unknown
+  updateName: (name: string) => unknown
+  spanContext: () => { traceId: string, spanId: string }
+}
+
+/** The request's span, when tracing is on and this request is traced (@fastify/otel's decorator). */
+export function requestSpan (request: FastifyRequest): SpanOfRequest | undefined {
+  const telemetry = (request as FastifyRequest & { opentelemetry?: () => { enabled: boolean, span?: SpanOfRequest } }).opentelemetry
+  if (telemetry === undefined) return undefined
+  const { enabled, span } = telemetry.call(request)
+  return enabled ? span : undefined
+}

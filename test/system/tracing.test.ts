@@ -1,0 +1,216 @@
+// Tracing with real processes: src/server.ts configured by the OTEL_* variables alone, exporting
+// with the real OTLP exporter to a real OTLP/HTTP endpoint (test/otlp-receiver.ts), whose requests
+// are decoded here. A caller's trace is continued; the statement's span sits below the request's,
+// with its text and never its values; the auth outcome and the problem type are on the request's
+// span; every log line of a traced request names the trace. And with no exporter configured, no
+// part of the SDK is loaded (only the API, which prom-client uses anyway).
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
+import t from 'tap'
+import { migrateDatabase } from '../../db/migrate.js'
+import { seedDatabase } from '../../db/seed.js'
+import { migrationsDir, projectRoot } from '../../src/project-root.js'
+import { endsWithTest } from '../at-exit.js'
+import { ordersFixture, ordersPath } from '../fixtures.js'
+import { createTestDatabase, serverProcess } from '../helper.js'
+import { callerTraceparent, otlpReceiver, type ReceivedSpan } from '../otlp-receiver.js'
+import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from '../tokens.js'
+
+const SERVER_KIND = 2
+
+const databaseUrl = await createTestDatabase(t)
+const db = new pg.Pool({ connectionString: databaseUrl, max: 1 })
+t.teardown(() => db.end())
+await migrateDatabase(db, migrationsDir)
+await seedDatabase(db, ordersFixture())
+
+interface Running { child: ChildProcess, output: () => string, url: string }
+
+/** src/server.ts in production with `env` added, once it listens. */
+async function startServer (env: Record<string, string>): Promise<Running> {
+  const child = endsWithTest(spawn(serverProcess.command, serverProcess.args, {
+    env: {
+      PATH: process.env.PATH,
+      NODE_ENV: 'production',
+      HOST: '127.0.0.1',
+      PORT: '0',
+      DATABASE_URL: databaseUrl,
+      JWT_SECRET: TEST_SECRET,
+      JWT_ISSUER: PRODUCTION_ISSUER,
+      JWT_AUDIENCE: PRODUCTION_AUDIENCE,
+      // Other test files share the cores: lag here is theirs (shedding: test/pressure.test.ts).
+      MAX_EVENT_LOOP_DELAY_MS: '0',
+      ...env
+    },
+    stdio: ['ignore', 'pipe', 'pipe']
+  }))
+  let output = ''
+  child.stdout!.on('data', (chunk) => { output += chunk })
+  child.stderr!.on('data', (chunk) => { output += chunk })
+  t.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL') })
+  for (const started = Date.now(); Date.now() - started < 60_000; await sleep(100)) {
+    const url = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)?.[1]
+    if (url) return { child, output: () => output, url }
+    if (child.exitCode !== null) break
+  }
+  throw new Error(`the server did not listen: ${output}`)
+}
+
+async function stop ({ child }: Running): Promise<number | null> {
+  const exited = once(child, 'exit') as Promise<[number | null]>
+  child.kill('SIGTERM')
+  return (await exited)[0]
+}
+
+const reader = token({ scope: 'read:resource', ...productionClaims }, { expiresIn: 600 })
+const writerWithoutRead = token({ scope: 'delete:resource', ...productionClaims }, { expiresIn: 600 })
+// The route as Fastify writes it (http.route).
+const LIST_ROUTE = 'GET /resources/:resource_id/authorized_clients/:client_id/permissions'
+
+/** The log lines of one request (its reqId), parsed. */
+const linesOf = (output: string, requestId: string) => output.split('\n').filter((line) => line.startsWith('{'))
+  .map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.reqId === requestId)
+
+t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to the SQL, attributes, logs', async (t) => {
+  const receiver = await otlpReceiver(t)
+  const server = await startServer({
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    OTEL_SERVICE_NAME: 'permissions-under-test',
+    // Spans leave the batch within 100 ms instead of 5 s.
+    OTEL_BSP_SCHEDULE_DELAY: '100',
+    LOG_LEVEL: 'info'
+  })
+
+  t.test('a list with a caller\'s traceparent: the request span is its child, the statement\'s span below', async (t) => {
+    const caller = callerTraceparent()
+    const answer = await fetch(`${server.url}${ordersPath()}`, {
+      headers: { authorization: `Bearer ${reader}`, traceparent: caller.traceparent, tracestate: 'caller=1' }
+    })
+    t.equal(answer.status, 200)
+    const inTrace = (spans: ReceivedSpan[]) => spans.filter((span) => span.traceId === caller.traceId)
+    const spans = inTrace(await receiver.until('the request\'s and the statement\'s spans',
+      (spans) => inTrace(spans).some((span) => span.kind === SERVER_KIND) && inTrace(spans).some((span) => span.attributes['db.system'] === 'postgresql' || span.attributes['db.system.name'] === 'postgresql')))
+    const request = spans.find((span) => span.kind === SERVER_KIND)!
+    t.equal(request.name, LIST_ROUTE, 'named after the route')
+    t.equal(request.parentSpanId, caller.parentSpanId, 'the caller\'s span is its parent')
+    t.match(request.attributes, { 'auth.outcome': 'allowed', 'http.request.method': 'GET', 'http.response.status_code': 200 })
+    t.notOk('problem.type' in request.attributes, 'no problem')
+    t.equal(request.resource['service.name'], 'permissions-under-test', 'OTEL_SERVICE_NAME')
+
+    // Below the request: each span's parent is in the trace, up to the request span.
+    const byId = new Map(spans.map((span) => [span.spanId, span]))
+    const ancestors = (span: ReceivedSpan): string[] => {
+      const parent = byId.get(span.parentSpanId)
+      return parent ? [parent.spanId, ...ancestors(parent)] : []
+    }
+    const statements = spans.filter((span) => span.attributes['db.system'] === 'postgresql' || span.attributes['db.system.name'] === 'postgresql')
+    t.ok(statements.length >= 1, `${statements.length} statement span(s): ${statements.map((span) => span.name).join(', ')}`)
+    for (const statement of statements) {
+      t.ok(ancestors(statement).includes(request.spanId), `${statement.name}: below the request span`)
+      const text = String(statement.attributes['db.statement'] ?? statement.attributes['db.query.text'] ?? '')
+      t.match(text, /\$1/, `${statement.name}: the statement's text, with its placeholders`)
+      // The values (the path's ids) are never in a span.
+      t.notMatch(JSON.stringify(statement.attributes), /orders-api|app-a/, `${statement.name}: no value of the request`)
+    }
+
+    const lines = linesOf(server.output(), answer.headers.get('x-request-id')!)
+    t.ok(lines.length >= 2, `${lines.length} log lines of the request`)
+    for (const line of lines) t.match(line, { trace_id: caller.traceId, span_id: request.spanId }, `"${String(line.msg)}" names the trace`)
+    t.same(lines.map((line) => line.msg).filter((msg) => msg === 'incoming request' || msg === 'request completed'), ['incoming request', 'request completed'],
+      'the request\'s own lines, once each')
+  })
+
+  t.test('refused for its scope: auth.outcome and problem.type on the request span, no statement', async (t) => {
+    const caller = callerTraceparent()
+    const answer = await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${writerWithoutRead}`, traceparent: caller.traceparent } })
+    t.equal(answer.status, 403)
+    const spans = (await receiver.until('the refused request\'s span',
+      (spans) => spans.some((span) => span.traceId === caller.traceId && span.kind === SERVER_KIND))).filter((span) => span.traceId === caller.traceId)
+    const request = spans.find((span) => span.kind === SERVER_KIND)!
+    t.match(request.attributes, { 'auth.outcome': 'insufficient-scope', 'problem.type': '/problems/insufficient-scope', 'http.response.status_code': 403 })
+    t.same(spans.filter((span) => 'db.system' in span.attributes || 'db.system.name' in span.attributes), [], 'no statement ran')
+  })
+
+  t.test('without a token, and without a traceparent: a trace of its own, missing-credentials', async (t) => {
+    const before = new Set(receiver.spans().map((span) => span.spanId))
+    const answer = await fetch(`${server.url}${ordersPath()}`)
+    t.equal(answer.status, 401)
+    const requestId = answer.headers.get('x-request-id')!
+    const spans = await receiver.until('a new root span', (spans) => spans.some((span) => !before.has(span.spanId) && span.kind === SERVER_KIND && span.parentSpanId === ''))
+    const request = spans.find((span) => !before.has(span.spanId) && span.kind === SERVER_KIND && span.parentSpanId === '')!
+    t.match(request.attributes, { 'auth.outcome': 'missing-credentials', 'problem.type': '/problems/missing-credentials' })
+    for (const line of linesOf(server.output(), requestId)) t.equal(line.trace_id, request.traceId, `"${String(line.msg)}" names its trace`)
+  })
+
+  t.test('probes are not traced', async (t) => {
+    const before = receiver.spans().length
+    t.equal((await fetch(`${server.url}/readyz`)).status, 200)
+    t.equal((await fetch(`${server.url}/healthz`)).status, 200)
+    // A traced request after them: once its span has arrived, theirs would have too.
+    const caller = callerTraceparent()
+    await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${reader}`, traceparent: caller.traceparent } })
+    const spans = await receiver.until('the marker request', (spans) => spans.some((span) => span.traceId === caller.traceId && span.kind === SERVER_KIND))
+    t.same(spans.slice(before).filter((span) => /readyz|healthz/.test(span.name) || /readyz|healthz/.test(String(span.attributes['url.path']))), [])
+  })
+
+  t.test('SIGTERM: exits 0 with the batch sent', async (t) => {
+    t.equal(await stop(server), 0)
+    t.ok(receiver.requests.every(({ path }) => path === '/v1/traces'), 'every export to /v1/traces')
+    for (const line of server.output().split('\n').filter(Boolean)) {
+      t.doesNotThrow(() => JSON.parse(line), `a JSON log line, no warning beside them: ${line.slice(0, 80)}`)
+    }
+  })
+})
+
+t.test('the default protocol, http/protobuf: the trace arrives as protobuf', async (t) => {
+  const receiver = await otlpReceiver(t)
+  const server = await startServer({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint, OTEL_BSP_SCHEDULE_DELAY: '100' })
+  const caller = callerTraceparent()
+  t.equal((await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${reader}`, traceparent: caller.traceparent } })).status, 200)
+  const traceIdBytes = Buffer.from(caller.traceId, 'hex')
+  for (const started = Date.now(); !receiver.requests.some(({ body }) => body.includes(traceIdBytes)) && Date.now() - started < 20_000;) await sleep(50)
+  const request = receiver.requests.find(({ body }) => body.includes(traceIdBytes))
+  t.ok(request, 'an export carrying the caller\'s trace id')
+  t.equal(request?.contentType, 'application/x-protobuf')
+  t.equal(request?.path, '/v1/traces')
+  t.equal(await stop(server), 0)
+})
+
+t.test('settings it cannot honour: refused at start with one sentence naming the variable', async (t) => {
+  for (const [env, sentence] of [
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }, /^OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported/],
+    [{ OTEL_TRACES_EXPORTER: 'zipkin' }, /^OTEL_TRACES_EXPORTER=zipkin is not supported/],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'sometimes' }, /^OTEL_TRACES_SAMPLER=sometimes is not one of/]
+  ] as const) {
+    const result = spawnSync(serverProcess.command, serverProcess.args, {
+      env: { PATH: process.env.PATH, NODE_ENV: 'production', DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, ...env },
+      encoding: 'utf8',
+      timeout: 60_000
+    })
+    t.equal(result.status, 1, JSON.stringify(env))
+    t.match(result.stderr, sentence)
+    t.equal(result.stderr.trim().split('\n').length, 1, 'one line')
+  }
+})
+
+t.test('no exporter configured: the whole service loads, and no part of the OpenTelemetry SDK with it', async (t) => {
+  // The entry point's first step and then every module the service is made of (src/serve.ts
+  // imports them all), in a process of its own; what Node's module cache holds after.
+  const probe = `
+    const { createRequire } = await import('node:module')
+    const { startTracing } = await import('./src/tracing.ts')
+    const started = await startTracing()
+    await import('./src/serve.ts')
+    const loaded = Object.keys(createRequire(import.meta.url).cache)
+    console.log(JSON.stringify({ started: started !== undefined, pg: loaded.some((file) => file.includes('/node_modules/pg/')), sdk: loaded.filter((file) => /@opentelemetry\\/(?!api\\/)|@fastify\\/otel/.test(file)) }))`
+  for (const env of [{}, { OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' }, { OTEL_SDK_DISABLED: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' }]) {
+    const result = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', probe], {
+      env: { PATH: process.env.PATH, ...env }, cwd: projectRoot, encoding: 'utf8', timeout: 60_000
+    })
+    t.equal(result.status, 0, result.stderr)
+    t.same(JSON.parse(result.stdout.trim().split('\n').at(-1)!), { started: false, pg: true, sdk: [] }, JSON.stringify(env))
+  }
+})
