@@ -1,9 +1,12 @@
 // docker-compose.yml as `docker-compose config` resolves it (Debian's docker-compose; no Docker
 // engine needed): no secret anyone can read, the gateway on loopback unless told otherwise,
-// forwarded headers trusted from the gateway's address only, and a streaming replica of the
-// database that the replicas read from.
+// forwarded headers trusted from the gateway's address only, a streaming replica of the
+// database that the replicas read from, and the tracing profile: a collector and Jaeger that
+// only `--profile tracing` starts, and replicas that send no traces unless told where.
 import { spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { join, sep } from 'node:path'
 import t from 'tap'
 import { parse } from 'yaml'
 import { PUBLISHED_SECRETS } from '../../src/config.js'
@@ -16,9 +19,10 @@ if (spawnSync('docker-compose', ['version'], { stdio: 'ignore' }).status !== 0) 
   process.exit(0)
 }
 
-/** `docker-compose config` with only these variables (and PATH) in its environment. */
-function composeConfig (env: Record<string, string>) {
-  const run = spawnSync('docker-compose', ['config'], { cwd: projectRoot, env: { PATH: process.env.PATH, ...env }, encoding: 'utf8' })
+/** `docker-compose config` with only these variables (and PATH) in its environment, and these profiles on. */
+function composeConfig (env: Record<string, string>, profiles: string[] = []) {
+  const args = [...profiles.flatMap((profile) => ['--profile', profile]), 'config']
+  const run = spawnSync('docker-compose', args, { cwd: projectRoot, env: { PATH: process.env.PATH, ...env }, encoding: 'utf8' })
   return { status: run.status, stderr: run.stderr, config: run.status === 0 ? parse(run.stdout) : undefined }
 }
 
@@ -101,4 +105,106 @@ t.test('the replication password comes from POSTGRES_REPLICATION_PASSWORD, the s
   t.ok(primary, 'a local default')
   t.equal(replica, primary)
   t.same(environmentOf(composeConfig({ JWT_SECRET: secret, POSTGRES_REPLICATION_PASSWORD: 'chosen' }).config), ['chosen', 'chosen'])
+})
+
+interface Service { image?: string, profiles?: string[], depends_on?: Record<string, unknown>, ports?: string[], volumes?: string[], environment?: Record<string, string> }
+
+/**
+ * The services `up` starts with these profiles on: every one without a profile or with one of
+ * them, and whatever those depend on. Debian's docker-compose (1.29) lists every service in
+ * `config` whatever the profiles, so which ones start is read from the file, as `up` reads it.
+ */
+function startedBy (services: Record<string, Service>, profiles: string[]) {
+  const started = new Set<string>()
+  const start = (name: string) => {
+    if (started.has(name)) return
+    started.add(name)
+    for (const dependency of Object.keys(services[name]?.depends_on ?? {})) start(dependency)
+  }
+  for (const [name, service] of Object.entries(services)) {
+    if (!service.profiles || service.profiles.some((profile) => profiles.includes(profile))) start(name)
+  }
+  return started
+}
+
+// The README's command turns tracing on: the endpoint it gives is the one resolved here.
+const readme = readFileSync(join(projectRoot, 'README.md'), 'utf8')
+const documentedEndpoint = /`OTEL_EXPORTER_OTLP_ENDPOINT=(\S+) docker compose --profile tracing up`/.exec(readme)?.[1] ?? ''
+const tracing = composeConfig({ JWT_SECRET: secret, OTEL_EXPORTER_OTLP_ENDPOINT: documentedEndpoint }, ['tracing'])
+const tracingServices: Record<string, Service> = tracing.config?.services ?? {}
+const collectorName = 'otel-collector'
+const jaegerName = Object.keys(tracingServices).find((name) => tracingServices[name].image?.startsWith('jaegertracing/jaeger:'))
+
+/** The collector's configuration: the file of this repository that docker-compose.yml mounts where the image reads it. */
+function collectorConfiguration () {
+  const mount = tracingServices[collectorName]?.volumes?.find((volume) => volume.split(':')[1] === '/etc/otelcol/config.yaml')
+  if (mount === undefined) throw new Error(`${collectorName} mounts nothing at /etc/otelcol/config.yaml`)
+  const [source, , mode] = mount.split(':')
+  return { source, mode, config: parse(readFileSync(source, 'utf8')) }
+}
+
+t.test('the tracing profile resolves; a plain `up` starts neither the collector nor Jaeger, `--profile tracing` both', async (t) => {
+  t.ok(documentedEndpoint, 'the README gives the command that turns tracing on')
+  t.equal(tracing.status, 0, tracing.stderr)
+  t.ok(jaegerName, 'a service runs jaegertracing/jaeger')
+  for (const name of [collectorName, jaegerName ?? 'jaeger']) t.same(tracingServices[name]?.profiles, ['tracing'], `${name}: in the tracing profile only`)
+  const plain = startedBy(deployment.config.services, [])
+  const traced = startedBy(tracingServices, ['tracing'])
+  for (const name of [collectorName, jaegerName ?? 'jaeger']) {
+    t.notOk(plain.has(name), `a plain up does not start ${name}`)
+    t.ok(traced.has(name), `--profile tracing starts ${name}`)
+  }
+  t.same([...traced].filter((name) => !plain.has(name)).sort(), [collectorName, jaegerName].sort(), 'the profile adds those two and nothing else')
+})
+
+t.test('the collector: a pinned image, its configuration mounted read-only from the repository, receiving OTLP/HTTP on 4318 from the compose network', async (t) => {
+  const collector = tracingServices[collectorName]
+  t.match(collector.image, /^otel\/opentelemetry-collector:\d+\.\d+\.\d+$/, 'a version, not latest')
+  const { source, mode, config } = collectorConfiguration()
+  t.equal(mode, 'ro', 'mounted read-only')
+  t.ok(source.startsWith(projectRoot + sep), `${source}: a file of this repository`)
+  // 0.0.0.0: the receiver's default, localhost, would not be reachable from the replicas' containers.
+  t.equal(config.receivers?.otlp?.protocols?.http?.endpoint, '0.0.0.0:4318', 'OTLP/HTTP on every interface of its container')
+  t.notOk(collector.ports, 'nothing published on the host')
+})
+
+t.test('the collector\'s traces pipeline takes OTLP and exports it, over OTLP/HTTP, to the Jaeger service; every component it names is configured', async (t) => {
+  const { config } = collectorConfiguration()
+  const pipeline = config.service?.pipelines?.traces
+  t.ok(pipeline, 'a traces pipeline')
+  t.ok(pipeline.receivers.includes('otlp'), 'from the otlp receiver')
+  for (const kind of ['receivers', 'processors', 'exporters']) {
+    // An entry without settings (`batch:`) parses as null: it is there all the same.
+    for (const name of pipeline[kind] ?? []) t.ok(config[kind] && name in config[kind], `${kind}: ${name} is configured`)
+  }
+  const toJaeger = (pipeline.exporters as string[]).filter((name) => {
+    const endpoint = config.exporters?.[name]?.endpoint
+    return typeof endpoint === 'string' && URL.canParse(endpoint) && new URL(endpoint).hostname === jaegerName
+  })
+  t.equal(toJaeger.length, 1, `one exporter to ${jaegerName}`)
+  for (const name of toJaeger) {
+    // otlp_http is the exporter's name since collector 0.144 (otlphttp, its old name, is a deprecated alias).
+    t.equal(name.split('/')[0], 'otlp_http', `${name}: OTLP over HTTP`)
+    t.equal(new URL(config.exporters[name].endpoint).port, '4318', `${name}: Jaeger's OTLP/HTTP port`)
+  }
+})
+
+t.test('Jaeger: a pinned 2.x image, its UI published on 127.0.0.1:16686 only', async (t) => {
+  const jaeger = tracingServices[jaegerName ?? 'jaeger']
+  t.match(jaeger.image, /^jaegertracing\/jaeger:2\.\d+\.\d+$/, 'Jaeger v2, a version, not latest')
+  t.same(jaeger.ports, ['127.0.0.1:16686:16686/tcp'], 'the UI only, on loopback')
+})
+
+t.test('the replicas send no traces by default; with the README\'s endpoint, to the collector\'s receiver', async (t) => {
+  const { config } = collectorConfiguration()
+  const receiverPort = String(config.receivers?.otlp?.protocols?.http?.endpoint).split(':').pop()
+  for (const name of replicas) {
+    const plain = deployment.config.services[name].environment
+    t.equal(plain.OTEL_EXPORTER_OTLP_ENDPOINT, '', `${name}: empty, so tracing is off`)
+    t.equal(plain.OTEL_SERVICE_NAME, 'client-permissions-service', name)
+    const endpoint = new URL(tracingServices[name].environment?.OTEL_EXPORTER_OTLP_ENDPOINT ?? '')
+    t.equal(endpoint.protocol, 'http:', name)
+    t.equal(endpoint.hostname, collectorName, name)
+    t.equal(endpoint.port, receiverPort, `${name}: the receiver's port`)
+  }
 })
