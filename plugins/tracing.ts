@@ -21,6 +21,9 @@ export default fp<TracingOptions>(async function tracing (fastify, { tracing }) 
     if (span) {
       // As HTTP's conventions name a server span: the method and the route, never the raw URL.
       span.updateName(`${request.method} ${request.routeOptions.url ?? ''}`.trim())
+      // The path alone, as the conventions define url.path: @fastify/otel gives it the query too,
+      // where a client may have put a token (?access_token=…), which the logs redact.
+      span.setAttribute('url.path', request.url.split('?')[0])
       const { traceId, spanId } = span.spanContext()
       request.log = reply.log = request.log.child({ trace_id: traceId, span_id: spanId })
     }

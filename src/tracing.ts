@@ -74,8 +74,9 @@ export async function startTracing (): Promise<Tracing | undefined> {
   ])
   const provider = new NodeTracerProvider({
     // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override the name.
+    // The host (a container's id) and an id for this process tell the replicas apart.
     resource: resources.resourceFromAttributes({ 'service.name': SERVICE_NAME })
-      .merge(resources.detectResources({ detectors: [resources.envDetector] })),
+      .merge(resources.detectResources({ detectors: [resources.hostDetector, resources.serviceInstanceIdDetector, resources.envDetector] })),
     spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())]
   })
   provider.register({ propagator: new W3CTraceContextPropagator() })

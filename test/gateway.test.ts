@@ -18,6 +18,7 @@ import { seedDatabase } from '../db/seed.js'
 import { projectRoot } from '../src/project-root.js'
 import { endsWithTest } from './at-exit.js'
 import { createTestDatabase, serverProcess } from './helper.js'
+import { callerTraceparent, otlpReceiver } from './otlp-receiver.js'
 import { openStream } from './sse.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from './tokens.js'
 
@@ -168,6 +169,9 @@ function send (port: number, method: string, path: string, options: { body?: str
 }
 
 const databaseUrl = await createTestDatabase(t)
+// Where the replicas send their traces (OTLP/HTTP, JSON): the gateway test checks that a caller's
+// trace goes through the gateway and on into the replica's spans.
+const traces = await otlpReceiver(t)
 const replicaPorts = [await freePort(), await freePort()]
 const gatewayPort = await freePort()
 const statsPort = await freePort()
@@ -190,7 +194,10 @@ function startReplica (index: number): Running {
     MAX_EVENT_LOOP_DELAY_MS: '0',
     // Well below the idle timeout of the gateway the stream test starts (3 s).
     FEED_HEARTBEAT_MS: '1000',
-    LOG_LEVEL: 'info'
+    LOG_LEVEL: 'info',
+    OTEL_EXPORTER_OTLP_ENDPOINT: traces.endpoint,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    OTEL_BSP_SCHEDULE_DELAY: '100'
   })
 }
 
@@ -261,6 +268,17 @@ t.test('the gateway\'s request id is in the response, the problem body, the repl
   await until('the log lines', () => gateway.output().includes(`request_id=${id}`) &&
     replicas.some((replica) => replica.output().includes(`"reqId":"${id}"`)), 5_000)
   t.pass('in the gateway\'s and a replica\'s log')
+})
+
+t.test('a caller\'s trace goes through the gateway: traceparent and tracestate untouched, the replica\'s request span its child', async (t) => {
+  const caller = callerTraceparent()
+  const answer = await send(gatewayPort, 'GET', `${collection}?limit=5`, { headers: { traceparent: caller.traceparent, tracestate: 'caller=gateway-test' } })
+  t.equal(answer.status, 200)
+  const spans = await traces.until('the replica\'s span of the request', (spans) => spans.some((span) => span.traceId === caller.traceId && span.kind === 2))
+  const request = spans.find((span) => span.traceId === caller.traceId && span.kind === 2)!
+  t.equal(request.parentSpanId, caller.parentSpanId, 'the caller\'s span is its parent: the gateway started no trace of its own')
+  t.equal(request.attributes['http.response.status_code'], 200)
+  t.ok(spans.some((span) => span.traceId === caller.traceId && span.parentSpanId !== caller.parentSpanId), 'and the statement\'s span below it')
 })
 
 t.test('/metrics through the gateway, however it is spelt → 404 problem, never the metrics; API paths unaffected', async (t) => {

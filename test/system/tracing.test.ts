@@ -99,6 +99,7 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     t.match(request.attributes, { 'auth.outcome': 'allowed', 'http.request.method': 'GET', 'http.response.status_code': 200 })
     t.notOk('problem.type' in request.attributes, 'no problem')
     t.equal(request.resource['service.name'], 'permissions-under-test', 'OTEL_SERVICE_NAME')
+    t.type(request.resource['service.instance.id'], 'string', 'replicas told apart')
 
     // Below the request: each span's parent is in the trace, up to the request span.
     const byId = new Map(spans.map((span) => [span.spanId, span]))
@@ -121,6 +122,16 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     for (const line of lines) t.match(line, { trace_id: caller.traceId, span_id: request.spanId }, `"${String(line.msg)}" names the trace`)
     t.same(lines.map((line) => line.msg).filter((msg) => msg === 'incoming request' || msg === 'request completed'), ['incoming request', 'request completed'],
       'the request\'s own lines, once each')
+  })
+
+  t.test('a token in the query string (which the logs redact) is not in the span either: url.path is the path alone', async (t) => {
+    const caller = callerTraceparent()
+    const answer = await fetch(`${server.url}${ordersPath()}?access_token=not-for-traces&limit=5`, { headers: { traceparent: caller.traceparent } })
+    t.equal(answer.status, 401, 'a token in the query is no credential (RFC 6750 §2.3 is not supported)')
+    const spans = (await receiver.until('its span', (spans) => spans.some((span) => span.traceId === caller.traceId && span.kind === SERVER_KIND)))
+      .filter((span) => span.traceId === caller.traceId)
+    t.equal(spans.find((span) => span.kind === SERVER_KIND)!.attributes['url.path'], ordersPath())
+    t.notMatch(JSON.stringify(spans), /not-for-traces/)
   })
 
   t.test('refused for its scope: auth.outcome and problem.type on the request span, no statement', async (t) => {
