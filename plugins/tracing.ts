@@ -7,7 +7,11 @@ import { LogController } from 'fastify'
 import fp from 'fastify-plugin'
 import { requestSpan, type Tracing } from '../src/tracing.js'
 
-/** Fastify's request lines, but for "incoming request", which the tracing plugin writes. */
+/**
+ * Fastify's request lines, but "incoming request" is the tracing plugin's, after the span opens. A
+ * request Fastify answers without running hooks (a URL it cannot decode) is not traced and gets no
+ * such line: its one line, src/error-handler.ts frameworkErrors, names the request itself.
+ */
 export class IncomingLineAfterSpan extends LogController {
   override incomingRequest (): void {}
 }

@@ -186,7 +186,8 @@ export function frameworkErrors (error: FastifyError, request: FastifyRequest, r
   const problem = error.code === 'FST_ERR_BAD_URL'
     ? new Problem({ status: 400, detail: 'The URL is not valid: its percent-encoding is broken.' })
     : toProblem(error)
-  request.log.info({ status: problem.status, code: error.code }, problem.title)
+  // With the request: when tracing is on, this is the only line such a request gets (plugins/tracing.ts).
+  request.log.info({ req: request, status: problem.status, code: error.code }, problem.title)
   return sendProblem(reply, problem)
 }
 

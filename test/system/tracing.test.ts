@@ -134,6 +134,15 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     t.notMatch(JSON.stringify(spans), /not-for-traces/)
   })
 
+  t.test('a URL Fastify cannot decode, answered before any hook: not traced, one line naming the request', async (t) => {
+    const answer = await fetch(`${server.url}/resources/%E0%A4%A/authorized_clients/app-a/permissions`)
+    t.equal(answer.status, 400)
+    // No hook ran, so no X-Request-Id header: the problem body names the request.
+    const { request_id: requestId } = await answer.json() as { request_id: string }
+    const lines = linesOf(server.output(), requestId)
+    t.match(lines, [{ msg: 'Bad Request', code: 'FST_ERR_BAD_URL', req: { method: 'GET', url: '/resources/%E0%A4%A/authorized_clients/app-a/permissions' } }])
+  })
+
   t.test('refused for its scope: auth.outcome and problem.type on the request span, no statement', async (t) => {
     const caller = callerTraceparent()
     const answer = await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${writerWithoutRead}`, traceparent: caller.traceparent } })
