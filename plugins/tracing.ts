@@ -5,6 +5,7 @@
 // span is open (serverOptions gives Fastify IncomingLineAfterSpan).
 import { LogController } from 'fastify'
 import fp from 'fastify-plugin'
+import type { Logger } from 'pino'
 import { requestSpan, type Tracing } from '../src/tracing.js'
 
 /**
@@ -20,7 +21,7 @@ export interface TracingOptions { tracing: Tracing }
 
 export default fp<TracingOptions>(async function tracing (fastify, { tracing }) {
   await fastify.register(tracing.fastifyPlugin)
-  fastify.addHook('onRequest', async function correlateLogs (request, reply) {
+  fastify.addHook('onRequest', async function correlateLogs (request) {
     const span = requestSpan(request)
     if (span) {
       // As HTTP's conventions name a server span: the method and the route, never the raw URL.
@@ -29,7 +30,9 @@ export default fp<TracingOptions>(async function tracing (fastify, { tracing }) 
       // where a client may have put a token (?access_token=…), which the logs redact.
       span.setAttribute('url.path', request.url.split('?')[0])
       const { traceId, spanId } = span.spanContext()
-      request.log = reply.log = request.log.child({ trace_id: traceId, span_id: spanId })
+      // Fastify's logger of this request (reply.log is the same one): bound, not wrapped in another child.
+      const log = request.log as typeof request.log & Pick<Logger, 'setBindings'>
+      log.setBindings({ trace_id: traceId, span_id: spanId })
     }
     request.log.info({ req: request }, 'incoming request')
   })

@@ -10,13 +10,17 @@
 //                  "replica": page 0 through a streaming replica and through the primary, scripts/bench/replica.ts;
 //                  "feed": the change feed polled and streamed, scripts/bench/feed-polling.ts and feed-fanout.ts;
 //                  "ladder": the ablation ladder, page 0 from a minimal Fastify + pg up to the service, a
-//                  layer at a time, beside the ceilings, scripts/bench/ladder.ts)
-//   BENCH_ROUNDS   rounds of the replica scenario and of the ladder (default 5; the ladder flags fewer)
+//                  layer at a time, beside the ceilings, scripts/bench/ladder.ts;
+//                  "tracing": page 0 with tracing off and on (always_on, to a local OTLP sink),
+//                  scripts/bench/tracing.ts)
+//   BENCH_ROUNDS   rounds of the replica scenario, the ladder and the tracing scenario (default 5;
+//                  the ladder and the tracing scenario flag fewer)
 //   BENCH_FEED_CHANGES  the history the feed is polled from (default 50000)
 //   BENCH_FEED_STREAMS, BENCH_FEED_RATE, BENCH_FEED_SECONDS  the fan-out: streams open (default 100),
 //                  changes per second (20) for seconds (10)
 //   BENCH_REPLICA_BASELINE  a git revision: the replica scenario measures its build too, without replicas
 //   BENCH_LADDER_BASELINE   a git revision: the ladder measures the service built at it too, in the same rounds
+//   BENCH_TRACING_BASELINE  a git revision: the tracing scenario measures its build too (no OTEL_*), in the same rounds
 //   DATABASE_CONNECTION_WAIT_MS  passed to the service; the overload scenario checks shed answers against it
 //   BENCH_OVERLOAD_CONNECTIONS   the overload scenario's saturating count, given ("8", "name.asc=4,id.desc=8")
 //   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
@@ -50,6 +54,7 @@ import { children, startHttpCeiling, startService, stopProcess } from './bench/p
 import { summarizeProfile } from './bench/profile.js'
 import { measureReplicaRouting, REPLICA_GRANTS, REPLICA_SCENARIO, replicaSummary, type ReplicaReport } from './bench/replica.js'
 import { buildRevision } from './bench/revision.js'
+import { measureTracing, TRACING_SCENARIO, tracingSummary, type TracingReport } from './bench/tracing.js'
 import type { Ending } from './replicated-postgres.js'
 
 const CONNECTIONS = 50
@@ -454,6 +459,26 @@ try {
     })
   }
 
+  // Tracing off, on and before, on services of its own too, stopped before the bench's starts.
+  let tracing: TracingReport | undefined
+  if (selected(TRACING_SCENARIO)) {
+    const grants = Math.min(LADDER_GRANTS, ...SCALES)
+    const tracingBaseline = process.env.BENCH_TRACING_BASELINE
+    if (tracingBaseline) console.error(`# ${TRACING_SCENARIO}: building ${tracingBaseline} (git archive, tsc)…`)
+    tracing = await measureTracing({
+      baseline: tracingBaseline ? await buildRevision(tracingBaseline, work) : undefined,
+      db,
+      grants,
+      path: listPath(pageZero.client) + search(pageZero, scaleOf(grants)),
+      env: serviceEnv,
+      headers: readHeaders,
+      rounds: ROUNDS,
+      seconds: SECONDS,
+      connections: CONNECTIONS,
+      log: (line) => console.error(line)
+    })
+  }
+
   const profileArgs = PROFILE ? ['--cpu-prof', '--cpu-prof-dir', join(work, 'profile')] : []
   const { poolMax, ...connectionWait } = connectionWaitOf({ ...process.env, ...serviceEnv })
   const { url: serviceUrl, child: serviceProcess } = await startService(serviceEnv, { nodeArgs: profileArgs })
@@ -531,7 +556,8 @@ try {
     replica: replica && { ...replica, markdown: replicaSummary(replica) },
     feedPolling: feedPolling && { ...feedPolling, markdown: feedPollingSummary(feedPolling) },
     feedFanout: feedFanout && { ...feedFanout, markdown: feedFanoutSummary(feedFanout) },
-    ladder: ladder && { ...ladder, markdown: ladderSummary(ladder) }
+    ladder: ladder && { ...ladder, markdown: ladderSummary(ladder) },
+    tracing: tracing && { ...tracing, markdown: tracingSummary(tracing) }
   }
   await mkdir(reportFolder, { recursive: true })
   await writeFile(join(reportFolder, 'latest.json'), JSON.stringify(report, null, 2))
@@ -545,6 +571,7 @@ try {
     console.log(`\nThe ladder's service step, where its CPU went:\n${ladder.profile.summary}\n\n` +
       'profile: reports/bench/ladder-service.cpuprofile, summary: reports/bench/ladder-profile.txt')
   }
+  if (tracing) console.log(`\n${report.tracing!.markdown}`)
   console.log(`\n${scales.length > 0 ? `service RSS peak: ${report.serviceRssPeakMiB} MiB. ` : ''}JSON: reports/bench/latest.json`)
   if (PROFILE) {
     await stopProcess(serviceProcess)

@@ -13,6 +13,8 @@ export interface Tracing {
 
 const SERVICE_NAME = 'client-permissions-service'
 const PROBES = ['/healthz', '/readyz']
+/** Characters an attribute's value keeps (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT; the SDK's default: all). */
+const ATTRIBUTE_VALUE_LENGTH_LIMIT = 256
 const PROTOCOLS = ['http/protobuf', 'http/json'] as const
 const SAMPLERS = [
   'always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'
@@ -77,13 +79,20 @@ export async function startTracing (): Promise<Tracing | undefined> {
     // The host (a container's id) and an id for this process tell the replicas apart.
     resource: resources.resourceFromAttributes({ 'service.name': SERVICE_NAME })
       .merge(resources.detectResources({ detectors: [resources.hostDetector, resources.serviceInstanceIdDetector, resources.envDetector] })),
+    // Unless the standard variables bound them: a statement's text (the list's is 2 KB) would be
+    // most of what a trace costs to encode and send; its name is in the span's name.
+    ...(valueOf(process.env, 'OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT') ?? valueOf(process.env, 'OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT')
+      ? {}
+      : { spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_LENGTH_LIMIT } }),
     spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())]
   })
   provider.register({ propagator: new W3CTraceContextPropagator() })
-  // The request's span and the handler's; hooks get none of their own (a span per hook would
-  // cost more than the hooks do). Probes are not traced: a gateway checks them twice a second.
+  // The request's span only: neither the hooks nor the handler get one of their own (a span per
+  // hook would cost more than the hooks do; the handler's would repeat the request's). Probes are
+  // not traced: a gateway checks them twice a second.
   const fastifyOtel = new FastifyOtelInstrumentation({
     instrumentHooks: false,
+    instrumentHandler: false,
     // Asked with the route's path, and with each request's URL (query and all).
     ignorePaths: ({ url }) => PROBES.includes(url.split('?')[0])
   })

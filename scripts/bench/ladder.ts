@@ -58,7 +58,7 @@ interface Run {
   errors: number
 }
 
-interface Spread { median: number, min: number, max: number }
+export interface Spread { median: number, min: number, max: number }
 
 interface Check { check: string, pass: boolean, measured: string }
 
@@ -107,12 +107,12 @@ export interface LadderReport {
   before?: { revision: string, subject: string, rounds: Run[], reqPerSec: Spread, errors: number, serviceToBefore: Spread }
 }
 
-const median = (values: number[]) => {
+export const median = (values: number[]) => {
   const sorted = [...values].sort((a, b) => a - b)
   const middle = Math.floor(sorted.length / 2)
   return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
 }
-const spread = (values: number[]): Spread => ({ median: median(values), min: Math.min(...values), max: Math.max(...values) })
+export const spread = (values: number[]): Spread => ({ median: median(values), min: Math.min(...values), max: Math.max(...values) })
 const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 
 async function hammer (url: string, headers: Record<string, string>, connections: number, seconds: number): Promise<Run> {
@@ -121,7 +121,7 @@ async function hammer (url: string, headers: Record<string, string>, connections
 }
 
 /** Resident set of a process now and its peak, MiB (NaN once it has exited). */
-async function memoryOf (pid: number): Promise<{ rssMiB: number, rssPeakMiB: number }> {
+export async function memoryOf (pid: number): Promise<{ rssMiB: number, rssPeakMiB: number }> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '')
   const mib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) / 1024
   return { rssMiB: mib('VmRSS'), rssPeakMiB: mib('VmHWM') }

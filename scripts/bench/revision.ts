@@ -3,7 +3,7 @@
 // does. For A/B runs in one bench, such as the replica scenario's "before" (BENCH_REPLICA_BASELINE).
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { mkdir, symlink } from 'node:fs/promises'
+import { access, mkdir, symlink } from 'node:fs/promises'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { projectRoot } from '../../src/project-root.js'
@@ -15,6 +15,8 @@ export async function buildRevision (revision: string, work: string): Promise<{ 
   const commit = await git(['rev-parse', '--verify', '--short', `${revision}^{commit}`])
   const subject = await git(['log', '-1', '--format=%s', commit])
   const root = join(work, `revision-${commit}`)
+  // Built already in this run: several scenarios may be given the same baseline.
+  if (await access(join(root, 'dist', 'src', 'server.js')).then(() => true, () => false)) return { name: commit, subject, root }
   await mkdir(root)
   const archive = spawn('git', ['archive', '--format=tar', commit], { cwd: projectRoot, stdio: ['ignore', 'pipe', 'inherit'] })
   const tar = spawn('tar', ['-x', '-C', root], { stdio: ['pipe', 'inherit', 'inherit'] })

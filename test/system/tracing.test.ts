@@ -73,6 +73,14 @@ const LIST_ROUTE = 'GET /resources/:resource_id/authorized_clients/:client_id/pe
 const linesOf = (output: string, requestId: string) => output.split('\n').filter((line) => line.startsWith('{'))
   .map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.reqId === requestId)
 
+/** Its lines once the one saying `last` is in: the process's stdout is read after the answer may have come. */
+async function requestLines (server: Running, requestId: string, last = 'request completed') {
+  for (const started = Date.now(); Date.now() - started < 5_000; await sleep(20)) {
+    if (linesOf(server.output(), requestId).some((line) => line.msg === last)) break
+  }
+  return linesOf(server.output(), requestId)
+}
+
 t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to the SQL, attributes, logs', async (t) => {
   const receiver = await otlpReceiver(t)
   const server = await startServer({
@@ -117,7 +125,7 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
       t.notMatch(JSON.stringify(statement.attributes), /orders-api|app-a/, `${statement.name}: no value of the request`)
     }
 
-    const lines = linesOf(server.output(), answer.headers.get('x-request-id')!)
+    const lines = await requestLines(server, answer.headers.get('x-request-id')!)
     t.ok(lines.length >= 2, `${lines.length} log lines of the request`)
     for (const line of lines) t.match(line, { trace_id: caller.traceId, span_id: request.spanId }, `"${String(line.msg)}" names the trace`)
     t.same(lines.map((line) => line.msg).filter((msg) => msg === 'incoming request' || msg === 'request completed'), ['incoming request', 'request completed'],
@@ -139,7 +147,7 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     t.equal(answer.status, 400)
     // No hook ran, so no X-Request-Id header: the problem body names the request.
     const { request_id: requestId } = await answer.json() as { request_id: string }
-    const lines = linesOf(server.output(), requestId)
+    const lines = await requestLines(server, requestId, 'Bad Request')
     t.match(lines, [{ msg: 'Bad Request', code: 'FST_ERR_BAD_URL', req: { method: 'GET', url: '/resources/%E0%A4%A/authorized_clients/app-a/permissions' } }])
   })
 
@@ -162,7 +170,7 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     const spans = await receiver.until('a new root span', (spans) => spans.some((span) => !before.has(span.spanId) && span.kind === SERVER_KIND && span.parentSpanId === ''))
     const request = spans.find((span) => !before.has(span.spanId) && span.kind === SERVER_KIND && span.parentSpanId === '')!
     t.match(request.attributes, { 'auth.outcome': 'missing-credentials', 'problem.type': '/problems/missing-credentials' })
-    for (const line of linesOf(server.output(), requestId)) t.equal(line.trace_id, request.traceId, `"${String(line.msg)}" names its trace`)
+    for (const line of await requestLines(server, requestId)) t.equal(line.trace_id, request.traceId, `"${String(line.msg)}" names its trace`)
   })
 
   t.test('probes are not traced', async (t) => {
