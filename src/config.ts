@@ -3,9 +3,13 @@
 import { createPublicKey } from 'node:crypto'
 import { isIPv4 } from 'node:net'
 import envSchema from 'env-schema'
+import type { FromSchema, JSONSchema } from 'json-schema-to-ts'
 
 const schema = {
   type: 'object',
+  // Any other variable of the environment is left out of the configuration (env-schema's ajv
+  // removes it), and out of its type.
+  additionalProperties: false,
   properties: {
     // Production rules apply to every value but these (see isProduction).
     NODE_ENV: { type: 'string', default: 'development' },
@@ -102,7 +106,10 @@ const schema = {
     SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, default: 10000 },
     EMBEDDED_POSTGRES_PORT: { type: 'integer', minimum: 1, maximum: 65535, default: 54329 }
   }
-} as const
+} as const satisfies JSONSchema
+
+/** Every setting's name, in the schema's order: what .env.example and docs/configuration.md list. */
+export const settingNames = Object.keys(schema.properties) as ReadonlyArray<keyof Config>
 
 const KEY_SOURCES = ['JWKS_URL', 'JWT_PUBLIC_KEY', 'JWT_SECRET'] as const
 
@@ -116,49 +123,11 @@ export const PUBLISHED_SECRETS: ReadonlySet<string> = new Set([
   'another-secret-that-is-also-32-characters-or-more'
 ])
 
-export interface Config {
-  NODE_ENV: string
-  HOST: string
-  PORT: number
-  REQUEST_TIMEOUT_MS: number
-  DATABASE_URL?: string
-  DATABASE_POOL_MAX: number
-  DATABASE_CONNECTION_WAIT_MS: number
-  DATABASE_STATEMENT_TIMEOUT_MS: number
-  DATABASE_QUERY_TIMEOUT_MS: number
-  DATABASE_POOLER: 'none' | 'transaction'
-  DATABASE_REPLICA_URLS?: string
-  DATABASE_REPLICA_MAX_LAG_MS: number
-  DATABASE_REPLICA_PROBE_INTERVAL_MS: number
-  READINESS_TIMEOUT_MS: number
-  DATABASE_PREPARED_STATEMENTS: boolean
-  MIGRATIONS_DATABASE_URL?: string
-  MIGRATIONS_CONNECTION_WAIT_MS: number
-  JWT_SECRET?: string
-  JWT_PUBLIC_KEY?: string
-  JWKS_URL?: string
-  JWKS_ALLOW_HTTP: boolean
-  JWKS_CACHE_MAX_AGE_MS: number
-  JWKS_COOLDOWN_MS: number
-  JWKS_FETCH_TIMEOUT_MS: number
-  JWT_ISSUER?: string
-  JWT_AUDIENCE?: string
-  JWT_TYPE?: string
-  JWT_SCOPE_CLAIMS: string
-  JWT_MAX_LIFETIME_S?: number
-  FEED_MAX_STREAMS: number
-  FEED_HEARTBEAT_MS: number
-  FEED_STREAM_BUFFER_BYTES: number
-  LOG_LEVEL: string
-  TRUST_PROXY: string
-  MAX_EVENT_LOOP_DELAY_MS: number
-  EVENT_LOOP_SAMPLE_INTERVAL_MS: number
-  METRICS_ENABLED: boolean
-  METRICS_PORT?: number
-  SHUTDOWN_DELAY_MS: number
-  SHUTDOWN_TIMEOUT_MS: number
-  EMBEDDED_POSTGRES_PORT: number
-}
+/**
+ * The configuration as loaded: every setting of the schema, typed from it (a default makes a
+ * setting always present; one without may be unset). Adding a setting is adding it to the schema.
+ */
+export type Config = FromSchema<typeof schema>
 
 /**
  * How tokens are verified: a shared HS256 secret, a public key pinned to its one algorithm, or the

@@ -4,7 +4,7 @@ import { generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
-import { assertProductionReady, audiencesOf, type Config, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, loadStartupConfig, PUBLISHED_SECRETS, tokenTypeOf } from '../src/config.js'
+import { assertProductionReady, audiencesOf, type Config, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, loadStartupConfig, PUBLISHED_SECRETS, settingNames, tokenTypeOf } from '../src/config.js'
 import { withLocalDefaults } from '../src/local-dev.js'
 import { projectRoot } from '../src/project-root.js'
 import { ecKeyPair, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, rsaKeyPair, TEST_SECRET } from './tokens.js'
@@ -267,13 +267,10 @@ t.test('.env.example sets nothing: every entry is commented out, every setting i
   }
   const entries = new Map([...example.matchAll(/^# ?([A-Z][A-Z0-9_]*)=(.*)$/gm)].map(([, name, value]) => [name, value]))
 
-  // The schema's property names, read from the source (the schema is the module's own).
-  const source = readFileSync(join(projectRoot, 'src', 'config.ts'), 'utf8')
-  const schemaText = source.slice(source.indexOf('const schema = {'), source.indexOf('} as const'))
-  const settings = [...schemaText.matchAll(/^ {4}([A-Z][A-Z0-9_]*): \{/gm)].map(([, name]) => name)
+  const settings: readonly string[] = settingNames
   const defaults = loadConfig({}) as unknown as Record<string, unknown>
-  t.ok(settings.length >= 40, `${settings.length} settings read from src/config.ts`)
-  for (const name of Object.keys(defaults)) t.ok(settings.includes(name), `${name}, which has a default, was read from the schema`)
+  t.ok(settings.length >= 40, `${settings.length} settings in the schema of src/config.ts`)
+  for (const name of Object.keys(defaults)) t.ok(settings.includes(name), `${name}, which has a default, is a setting`)
 
   // What docker-compose.yml interpolates (${NAME:-default}, ${NAME:?message}); $${NAME} is the container's.
   const compose = readFileSync(join(projectRoot, 'docker-compose.yml'), 'utf8')
@@ -292,4 +289,18 @@ t.test('.env.example sets nothing: every entry is commented out, every setting i
     t.equal(shown, value === undefined ? '' : String(value), `${name}: the entry shows ${value === undefined ? 'no value (unset by default)' : 'the default'}`)
   }
   for (const name of composeOnly) t.equal(entries.get(name), composeDefaults.get(name), `${name}: docker-compose.yml's default`)
+})
+
+/** The variable names in the first column of a Markdown table's rows (`NAME`, several to a cell). */
+function tableNamesOf (markdown: string): string[] {
+  return markdown.split('\n').filter((line) => /^\| `[A-Z]/.test(line))
+    .flatMap((line) => [...line.split('|')[1].matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map(([, name]) => name))
+}
+
+t.test('docs/configuration.md\'s table names every setting of the schema, once, and nothing else; the README\'s only settings', async (t) => {
+  const documented = tableNamesOf(readFileSync(join(projectRoot, 'docs', 'configuration.md'), 'utf8'))
+  t.same([...documented].sort(), [...settingNames].sort(), 'the configuration table: every setting, each once')
+  const essentials = tableNamesOf(readFileSync(join(projectRoot, 'README.md'), 'utf8'))
+  t.ok(essentials.length >= 5, `the README's essentials: ${essentials.join(', ')}`)
+  for (const name of essentials) t.ok((settingNames as readonly string[]).includes(name), `the README names ${name}, a setting`)
 })
