@@ -11,8 +11,7 @@ import fp from 'fastify-plugin'
 import pg from 'pg'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
 import { OVERLOADED, Problem } from '../src/problems.js'
-import { publicRoute } from './auth.js'
-import { exemptFromPressure } from './pressure.js'
+import { publicRoute } from './auth/index.js'
 
 // A CommonJS module whose plugin is its `default` export.
 const fastifyMetrics = fastifyMetricsModule.default
@@ -33,7 +32,7 @@ export default fp(async function metrics (fastify) {
   await fastify.register(fastifyMetrics, {
     endpoint: ownPort
       ? null
-      : { url: '/metrics', method: 'GET', config: { ...exemptFromPressure, ...publicRoute }, logLevel: 'warn', handler: async () => {} },
+      : { url: '/metrics', method: 'GET', config: { pressureExempt: true, ...publicRoute }, logLevel: 'warn', handler: async () => {} },
     // One app per process in production; tests build several, each starting from a clean registry.
     clearRegisterOnInit: true,
     defaultMetrics: { enabled: true },

@@ -2,13 +2,14 @@
 // API calls get 503 + Retry-After at once instead of queueing without bound. Probes are exempt:
 // an overloaded replica is still alive. A replica is ready only once a sample found its loop calm. https://github.com/fastify/under-pressure
 import underPressure from '@fastify/under-pressure'
+import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { problems } from '../src/problems.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    /** under-pressure's per-route override; probes use one that lets the request through. */
-    pressureHandler?: () => void
+    /** Answered even under pressure: probes, problem pages, metrics. */
+    pressureExempt?: boolean
   }
   interface FastifyInstance {
     /**
@@ -20,9 +21,6 @@ declare module 'fastify' {
   }
 }
 
-/** Route config for routes that must answer even under pressure. */
-export const exemptFromPressure = { pressureHandler: () => {} }
-
 export default fp(async function pressure (fastify) {
   const { MAX_EVENT_LOOP_DELAY_MS, EVENT_LOOP_SAMPLE_INTERVAL_MS } = fastify.config
   if (MAX_EVENT_LOOP_DELAY_MS === 0) {
@@ -32,7 +30,10 @@ export default fp(async function pressure (fastify) {
   await fastify.register(underPressure, {
     maxEventLoopDelay: MAX_EVENT_LOOP_DELAY_MS,
     sampleInterval: EVENT_LOOP_SAMPLE_INTERVAL_MS,
-    pressureHandler: async () => { throw problems.overloaded() }
+    // Returning lets the request through: what a route whose config says pressureExempt gets.
+    pressureHandler: async (request: FastifyRequest) => {
+      if (request.routeOptions.config.pressureExempt !== true) throw problems.overloaded()
+    }
   })
   let calm = false
   fastify.decorate('calmSinceStart', () => {

@@ -3,7 +3,8 @@
 import type { Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import auth, { publicRoute } from '../plugins/auth.js'
+import auth, { publicRoute } from '../plugins/auth/index.js'
+import { authOptionsOf, jwksOverNetworkHttp } from '../plugins/auth/key.js'
 import db from '../plugins/db.js'
 import docs from '../plugins/docs.js'
 import env from '../plugins/env.js'
@@ -12,7 +13,7 @@ import lifecycle from '../plugins/lifecycle.js'
 import metrics from '../plugins/metrics.js'
 import pressure from '../plugins/pressure.js'
 import tracingPlugin, { IncomingLineAfterSpan } from '../plugins/tracing.js'
-import { audiencesOf, type Config, isProduction, jwksOverNetworkHttp, jwtKeyOf, scopeClaimsOf, tokenTypeOf } from './config.js'
+import { type Config, isProduction } from './config.js'
 import { operations } from './generated/operations.js'
 import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler } from './error-handler.js'
@@ -109,8 +110,7 @@ function trustProxyOf (setting: string): boolean | string {
 async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
   // First: its onRequest hook opens the request's span, which every later hook runs in.
   if (tracing) await fastify.register(tracingPlugin, { tracing })
-  const jwtKey = jwtKeyOf(config)
-  if (!jwtKey) throw new Error('one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required')
+  const authOptions = authOptionsOf(config)
   if (jwksOverNetworkHttp(config)) {
     fastify.log.warn({ url: config.JWKS_URL }, 'JWKS_URL is plain http: anyone on the path to the key set can make tokens this service accepts')
   }
@@ -131,14 +131,7 @@ async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
   await fastify.register(metrics)
   // After shedding and the metrics timer: an overloaded replica answers 503 before verifying a
   // signature, and 401s are measured. Its hook covers every route all the same.
-  await fastify.register(auth, {
-    key: jwtKey,
-    issuer: config.JWT_ISSUER,
-    audiences: audiencesOf(config),
-    type: tokenTypeOf(config),
-    scopeClaims: scopeClaimsOf(config),
-    maxLifetimeS: config.JWT_MAX_LIFETIME_S
-  })
+  await fastify.register(auth, authOptions)
 
   await fastify.register(healthRoutes)
   await fastify.register(permissionRoutes)

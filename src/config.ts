@@ -1,7 +1,5 @@
 // The service's configuration: environment variables validated once, at boot, against a JSON
 // schema (env-schema). Nothing else reads process.env.
-import { createPublicKey } from 'node:crypto'
-import { isIPv4 } from 'node:net'
 import envSchema from 'env-schema'
 import type { FromSchema, JSONSchema } from 'json-schema-to-ts'
 
@@ -130,15 +128,6 @@ export const PUBLISHED_SECRETS: ReadonlySet<string> = new Set([
 export type Config = FromSchema<typeof schema>
 
 /**
- * How tokens are verified: a shared HS256 secret, a public key pinned to its one algorithm, or the
- * identity provider's key set (RS256 and ES256 keys, chosen by the token's kid).
- */
-export type JwtKey =
-  | { kind: 'secret', algorithms: ['HS256'], secret: string }
-  | { kind: 'public-key', algorithms: ['RS256'] | ['ES256'], publicKey: string }
-  | { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: string, cacheMaxAgeMs: number, cooldownMs: number, fetchTimeoutMs: number }
-
-/**
  * Production rules (no generated secret, no embedded database, issuer and audience required, JWKS
  * over https) unless NODE_ENV is unset or, in exactly these words, development or test: "prod",
  * "Production" or "staging" all get production rules.
@@ -175,7 +164,7 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
 export function assertProductionReady (config: Config): void {
   const refuse = (what: string) => { throw new Error(`Refusing to start: ${what} is required in production (NODE_ENV=${config.NODE_ENV}).`) }
   if (!config.DATABASE_URL) refuse('DATABASE_URL')
-  if (!jwtKeyOf(config)) refuse('one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET')
+  if (!hasJwtKey(config)) refuse('one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET')
   if (!config.JWT_ISSUER) refuse('JWT_ISSUER')
   if (!config.JWT_AUDIENCE) refuse('JWT_AUDIENCE')
   // At least 32 characters is the schema's rule everywhere (RFC 7518 §3.2); production also
@@ -186,14 +175,19 @@ export function assertProductionReady (config: Config): void {
 }
 
 /**
- * The configuration the server starts with: valid, a usable key if one is named, and in production
- * everything production needs. Throws with the one line the server exits with.
+ * The configuration the server starts with: valid, and in production everything production needs.
+ * Throws with the one line the server exits with. Whether the key named is usable is auth's to say
+ * (plugins/auth/key.ts jwtKeyOf), checked next at the start.
  */
 export function loadStartupConfig (env: Record<string, string | undefined> = process.env): Config {
   const config = loadConfig(env)
-  jwtKeyOf(config)
   if (isProduction(config)) assertProductionReady(config)
   return config
+}
+
+/** Whether one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is set (loadConfig allows one at most). */
+export function hasJwtKey (config: Pick<Config, typeof KEY_SOURCES[number]>): boolean {
+  return KEY_SOURCES.some((name) => config[name] !== undefined)
 }
 
 /** JWT_AUDIENCE's values: comma-separated, blanks around them ignored. */
@@ -204,63 +198,4 @@ export function audiencesOf (config: Pick<Config, 'JWT_AUDIENCE'>): string[] {
 /** DATABASE_REPLICA_URLS's URLs, in order; none when unset. */
 export function replicaUrlsOf (config: Pick<Config, 'DATABASE_REPLICA_URLS'>): string[] {
   return (config.DATABASE_REPLICA_URLS ?? '').split(',').map((url) => url.trim()).filter(Boolean)
-}
-
-/** JWT_SCOPE_CLAIMS's claims, in order. */
-export function scopeClaimsOf (config: Pick<Config, 'JWT_SCOPE_CLAIMS'>): string[] {
-  return config.JWT_SCOPE_CLAIMS.split(' ').filter(Boolean)
-}
-
-/** JWT_TYPE as fast-jwt compares it: lower case, without "application/". */
-export function tokenTypeOf (config: Pick<Config, 'JWT_TYPE'>): string | undefined {
-  // Stryker disable next-line Regex: JWT_TYPE's pattern admits application/ only at the start
-  return config.JWT_TYPE?.toLowerCase().replace(/^application\//, '')
-}
-
-/** Loopback hosts: a key set fetched from them never leaves the machine (or the pod's sidecar). */
-function isLoopback (hostname: string): boolean {
-  return hostname === 'localhost' || hostname === '[::1]' || (isIPv4(hostname) && hostname.startsWith('127.'))
-}
-
-/** True when JWKS_URL is plain http to a host that is not loopback (allowed only by JWKS_ALLOW_HTTP). */
-export function jwksOverNetworkHttp (config: Pick<Config, 'JWKS_URL'>): boolean {
-  if (!config.JWKS_URL?.startsWith('http://')) return false
-  return !isLoopback(new URL(config.JWKS_URL).hostname)
-}
-
-/**
- * The verification key the configuration names. Algorithms are pinned to the key's type, so a
- * token signed HS256 with the public key as its secret (algorithm confusion) can never verify.
- */
-export function jwtKeyOf (config: Config): JwtKey | undefined {
-  if (config.JWT_SECRET) return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
-  if (config.JWKS_URL) {
-    if (isProduction(config) && jwksOverNetworkHttp(config) && !config.JWKS_ALLOW_HTTP) {
-      throw new Error('Invalid configuration: JWKS_URL must be https:// in production, or http:// on a loopback host ' +
-        '(set JWKS_ALLOW_HTTP=true to allow plain http to another host)')
-    }
-    return {
-      kind: 'jwks',
-      algorithms: ['RS256', 'ES256'],
-      url: config.JWKS_URL,
-      cacheMaxAgeMs: config.JWKS_CACHE_MAX_AGE_MS,
-      cooldownMs: config.JWKS_COOLDOWN_MS,
-      fetchTimeoutMs: config.JWKS_FETCH_TIMEOUT_MS
-    }
-  }
-  if (!config.JWT_PUBLIC_KEY) return undefined
-  // Container platforms often flatten a PEM's newlines to "\n".
-  const publicKey = config.JWT_PUBLIC_KEY.replaceAll('\\n', '\n')
-  let key
-  try {
-    key = createPublicKey(publicKey)
-  } catch {
-    throw new Error('Invalid configuration: JWT_PUBLIC_KEY is not a PEM public key')
-  }
-  if (key.asymmetricKeyType === 'rsa') return { kind: 'public-key', algorithms: ['RS256'], publicKey }
-  // Stryker disable next-line OptionalChaining: Node describes every EC key it loads, its curve included
-  if (key.asymmetricKeyType === 'ec' && key.asymmetricKeyDetails?.namedCurve === 'prime256v1') {
-    return { kind: 'public-key', algorithms: ['ES256'], publicKey }
-  }
-  throw new Error('Invalid configuration: JWT_PUBLIC_KEY must be an RSA key (RS256) or a P-256 EC key (ES256)')
 }

@@ -9,7 +9,7 @@ import { createSigner } from 'fast-jwt'
 import {
   attachEmbeddedPostgres, isOrphaned, type RunningPostgres, runningPostmaster, startEmbeddedPostgres, stopPostmaster
 } from '../db/embedded-postgres.js'
-import { audiencesOf, type Config, isProduction, jwtKeyOf } from './config.js'
+import { audiencesOf, type Config, hasJwtKey, isProduction } from './config.js'
 import { operations } from './generated/operations.js'
 import { projectRoot } from './project-root.js'
 
@@ -59,7 +59,7 @@ export async function withLocalDefaults (config: Config, database?: RunningPostg
   if (isProduction(config)) throw new Error(`local defaults are for development only (NODE_ENV=${config.NODE_ENV})`)
   const filled = { ...config }
   if (!filled.DATABASE_URL && database) filled.DATABASE_URL = database.url
-  if (!jwtKeyOf(filled)) filled.JWT_SECRET = await localJwtSecret()
+  if (!hasJwtKey(filled)) filled.JWT_SECRET = await localJwtSecret()
   return filled
 }
 

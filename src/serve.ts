@@ -12,10 +12,22 @@ import type { RunningPostgres } from '../db/embedded-postgres.js'
 import { isDatabaseUnavailable } from '../db/errors.js'
 import { DEMO_SEED_ACTOR, seedDatabase, type SeedData } from '../db/seed.js'
 import app, { serverOptions } from './app.js'
-import { type Config, isProduction, jwtKeyOf, loadStartupConfig } from './config.js'
+import { jwtKeyOf } from '../plugins/auth/key.js'
+import { type Config, hasJwtKey, isProduction, loadStartupConfig } from './config.js'
 import { everyScope, openLocalDatabase, signToken, withLocalDefaults } from './local-dev.js'
 import { projectRoot } from './project-root.js'
 import type { Tracing } from './tracing.js'
+
+/**
+ * The configuration the service starts with (loadStartupConfig), and the key it names usable (a
+ * PEM that parses, JWKS over https in production): said before anything starts, in the one line
+ * the process exits with, rather than when the app registers its auth.
+ */
+export function startupConfigOf (env: Record<string, string | undefined>): Config {
+  const config = loadStartupConfig(env)
+  jwtKeyOf(config)
+  return config
+}
 
 function fail (message: string): never {
   console.error(message)
@@ -26,13 +38,13 @@ function fail (message: string): never {
 export async function serve (tracing?: Tracing): Promise<void> {
   let config
   try {
-    config = loadStartupConfig()
+    config = startupConfigOf(process.env)
   } catch (error) {
     fail((error as Error).message)
   }
 
   // A secret generated here is only ever used on this machine, so a token signed with it may be shown.
-  const usingLocalSecret = !jwtKeyOf(config)
+  const usingLocalSecret = !hasJwtKey(config)
   let localDatabase: RunningPostgres | undefined
   if (!config.DATABASE_URL) {
     localDatabase = await openLocalDatabase({

@@ -4,8 +4,10 @@ import { generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
-import { assertProductionReady, audiencesOf, type Config, isProduction, jwksOverNetworkHttp, jwtKeyOf, loadConfig, loadStartupConfig, PUBLISHED_SECRETS, settingNames, tokenTypeOf } from '../src/config.js'
+import { jwksOverNetworkHttp, jwtKeyOf, tokenTypeOf } from '../plugins/auth/key.js'
+import { assertProductionReady, audiencesOf, type Config, isProduction, loadConfig, loadStartupConfig, PUBLISHED_SECRETS, settingNames } from '../src/config.js'
 import { withLocalDefaults } from '../src/local-dev.js'
+import { startupConfigOf } from '../src/serve.js'
 import { projectRoot } from '../src/project-root.js'
 import { ecKeyPair, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, rsaKeyPair, TEST_SECRET } from './tokens.js'
 
@@ -75,7 +77,7 @@ t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or w
     [{ PORT: 'eighty', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /PORT must be integer/],
     [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY is not a PEM public key/]
   ]
-  for (const [env, message] of cases) t.throws(() => loadStartupConfig(env), { message }, JSON.stringify(env))
+  for (const [env, message] of cases) t.throws(() => startupConfigOf(env), { message }, JSON.stringify(env))
 })
 
 t.test('any NODE_ENV but unset, development or test gets production rules: no embedded database, no generated secret', async (t) => {

@@ -24,7 +24,8 @@ import Fastify from 'fastify'
 import pg from 'pg'
 import type * as ListQuery from '../../db/queries/list.js'
 import type * as Sort from '../../db/queries/sort.js'
-import type * as AuthPlugin from '../../plugins/auth.js'
+import type * as AuthPlugin from '../../plugins/auth/index.js'
+import type * as AuthKey from '../../plugins/auth/key.js'
 import type * as DbPlugin from '../../plugins/db.js'
 import type * as EnvPlugin from '../../plugins/env.js'
 import type * as FeedPlugin from '../../plugins/feed.js'
@@ -51,7 +52,8 @@ const has = (since: ServedStep) => at >= STEPS.indexOf(since)
 
 // The service's build, not its sources through tsx: the code the service runs, compiled as it is.
 const built = async <T> (path: string): Promise<T> => await import(new URL(`../../dist/${path}`, import.meta.url).href) as T
-const { audiencesOf, jwtKeyOf, loadStartupConfig, scopeClaimsOf, tokenTypeOf } = await built<typeof ConfigModule>('src/config.js')
+const { loadStartupConfig } = await built<typeof ConfigModule>('src/config.js')
+const { authOptionsOf } = await built<typeof AuthKey>('plugins/auth/key.js')
 const { operations } = await built<typeof Operations>('src/generated/operations.js')
 
 const config = loadStartupConfig(process.env)
@@ -109,19 +111,12 @@ if (!has('statement')) {
     await app.register((await built<typeof MetricsPlugin>('plugins/metrics.js')).default)
   }
   if (has('auth-hs256')) {
-    const key = jwtKeyOf(config)
+    const options = authOptionsOf(config)
     // The step is what its name says, or its figures would be another step's.
     const expected = step === 'auth-hs256' ? 'secret' : 'public-key'
-    if (key?.kind !== expected) throw new Error(`LADDER_STEP=${step} verifies tokens with a ${expected === 'secret' ? 'JWT_SECRET' : 'JWT_PUBLIC_KEY'}; got ${key?.kind ?? 'no key'}`)
-    const { default: auth } = await built<typeof AuthPlugin>('plugins/auth.js')
-    await app.register(auth, {
-      key,
-      issuer: config.JWT_ISSUER,
-      audiences: audiencesOf(config),
-      type: tokenTypeOf(config),
-      scopeClaims: scopeClaimsOf(config),
-      maxLifetimeS: config.JWT_MAX_LIFETIME_S
-    })
+    if (options.key.kind !== expected) throw new Error(`LADDER_STEP=${step} verifies tokens with a ${expected === 'secret' ? 'JWT_SECRET' : 'JWT_PUBLIC_KEY'}; got ${options.key.kind}`)
+    const { default: auth } = await built<typeof AuthPlugin>('plugins/auth/index.js')
+    await app.register(auth, options)
   }
   if (has('headers')) await app.register((await built<typeof ListRoute>('src/routes/permissions/list.js')).default)
   else {

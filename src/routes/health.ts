@@ -3,7 +3,6 @@
 // until the event loop has been found calm once since start, when the database cannot be reached,
 // and from the moment the service starts shutting down.
 import type { FastifyInstance } from 'fastify'
-import { exemptFromPressure } from '../../plugins/pressure.js'
 import { databaseErrorSummary } from '../../db/errors.js'
 import { operations } from '../generated/operations.js'
 import { problems } from '../problems.js'
@@ -11,9 +10,9 @@ import { problems } from '../problems.js'
 const { getLiveness, getReadiness } = operations
 
 export default async function healthRoutes (fastify: FastifyInstance) {
-  fastify.get(getLiveness.url, { schema: getLiveness.schema, config: { ...getLiveness.config, ...exemptFromPressure } }, async () => ({ status: 'ok' as const }))
+  fastify.get(getLiveness.url, { schema: getLiveness.schema, config: { ...getLiveness.config, pressureExempt: true } }, async () => ({ status: 'ok' as const }))
 
-  fastify.get(getReadiness.url, { schema: getReadiness.schema, config: { ...getReadiness.config, ...exemptFromPressure } }, async (request) => {
+  fastify.get(getReadiness.url, { schema: getReadiness.schema, config: { ...getReadiness.config, pressureExempt: true } }, async (request) => {
     if (fastify.draining) throw problems.shuttingDown()
     if (!fastify.calmSinceStart()) throw problems.starting()
     try {

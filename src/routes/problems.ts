@@ -5,7 +5,6 @@
 import { createHash } from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import Negotiator from 'negotiator'
-import { exemptFromPressure } from '../../plugins/pressure.js'
 import type { components } from '../generated/openapi.js'
 import { operations } from '../generated/operations.js'
 import { type ProblemType, problemTypeOf, problems, statusPhrase } from '../problems.js'
@@ -57,7 +56,7 @@ function page (type: string, { title, status, when, whatToDo }: ProblemType): st
 const wantsJson = (request: FastifyRequest) => new Negotiator(request).mediaType(mediaTypes) === JSON_TYPE
 
 export default async function problemPages (fastify: FastifyInstance) {
-  fastify.get<{ Params: { name: string } }>(url, { schema, config: { ...config, ...exemptFromPressure } }, async (request, reply) => {
+  fastify.get<{ Params: { name: string } }>(url, { schema, config: { ...config, pressureExempt: true } }, async (request, reply) => {
     const { name } = request.params
     const problemType = problemTypeOf(name)
     if (!problemType) throw problems.problemTypeNotFound(name)

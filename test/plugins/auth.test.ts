@@ -4,7 +4,7 @@ import Fastify from 'fastify'
 import t, { type Test } from 'tap'
 import type { ObservedResponse } from '../contract.js'
 import { ordersFixture, ordersPath } from '../fixtures.js'
-import auth, { actorOf } from '../../plugins/auth.js'
+import auth from '../../plugins/auth/index.js'
 import { build, type Harness } from '../helper.js'
 import { craftedToken, ecKeyPair, inOneMinute, now, readToken, rsaKeyPair, TEST_SECRET, token } from '../tokens.js'
 
@@ -485,14 +485,4 @@ t.test('a 100 KB token reaches authentication and gets a Bearer challenge, not a
   const signedByOther = craftedToken({ alg: 'HS256', typ: 'JWT' }, { ...readClaims(), padding }, OTHER_SECRET)
   isInvalidToken(t, await get(bearer(signedByOther)), '100 KB, wrong signature')
   t.equal((await get(bearer(huge))).status, 200, 'a genuine 100 KB token is simply verified')
-})
-
-t.test('who made a change (actorOf): sub, and client_id or else azp; only text of 1 to 1,024 characters', async (t) => {
-  const actor = (user: Record<string, unknown>) => actorOf({ user } as unknown as Parameters<typeof actorOf>[0])
-  t.same(actor({ sub: 'user-1', client_id: 'app-1', azp: 'app-2' }), { sub: 'user-1', clientId: 'app-1' }, 'client_id before azp')
-  t.same(actor({ sub: 'user-1', azp: 'app-2' }), { sub: 'user-1', clientId: 'app-2' }, 'azp without client_id')
-  t.same(actor({ client_id: '', azp: 'app-2' }), { clientId: 'app-2' }, 'an empty client_id counts as none')
-  t.same(actor({ sub: 'x'.repeat(1024), client_id: 'y'.repeat(1025) }), { sub: 'x'.repeat(1024) }, '1,024 characters kept, 1,025 dropped')
-  t.same(actor({ sub: 42, client_id: ['app-1'], azp: { id: 'app-2' } }), {}, 'not text: dropped')
-  t.same(actor({}), {}, 'no claims: nobody named')
 })

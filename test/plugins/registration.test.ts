@@ -4,7 +4,7 @@
 import Fastify, { type FastifyPluginAsync } from 'fastify'
 import fp from 'fastify-plugin'
 import t from 'tap'
-import auth from '../../plugins/auth.js'
+import auth from '../../plugins/auth/index.js'
 import db from '../../plugins/db.js'
 import docs from '../../plugins/docs.js'
 import env from '../../plugins/env.js'

@@ -2,7 +2,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { ChangeInput, ChangeResult } from '../../../db/queries/change.js'
 import type { StatementOptions } from '../../../db/queries/statement.js'
-import { actorOf } from '../../../plugins/auth.js'
+import { actorOf } from './actor.js'
 import { etagOf, ifMatchVersions } from './preconditions.js'
 
 type ChangeRequest = FastifyRequest<{ Params: { resource_id: string, client_id: string }, Body: string[] }>

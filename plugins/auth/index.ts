@@ -7,10 +7,10 @@ import fastifyJwt, { type TokenOrHeader } from '@fastify/jwt'
 import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { TokenError } from 'fast-jwt'
-import type { JwtKey } from '../src/config.js'
-import { KeySetUnavailable, keySetResolver } from '../src/key-set.js'
-import { Problem, problemNameOf, problems } from '../src/problems.js'
-import { requestSpan } from '../src/tracing.js'
+import { Problem, problemNameOf, problems } from '../../src/problems.js'
+import { requestSpan } from '../../src/tracing.js'
+import type { JwtKey } from './key.js'
+import { KeySetUnavailable, keySetResolver } from './key-set.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -32,18 +32,6 @@ export interface AuthOptions {
   scopeClaims: readonly string[]
   /** The longest lifetime a token may have, in seconds; undefined: any. */
   maxLifetimeS?: number
-}
-
-/**
- * Who made a request, from its verified token (RFC 9068 §2.2): `sub`, and `client_id` or else
- * `azp`. Only text of a sane length is kept.
- */
-export function actorOf (request: FastifyRequest): { sub?: string, clientId?: string } {
-  const claims = (request.user ?? {}) as Record<string, unknown>
-  const text = (value: unknown) => typeof value === 'string' && value.length > 0 && value.length <= 1024 ? value : undefined
-  const sub = text(claims.sub)
-  const clientId = text(claims.client_id) ?? text(claims.azp)
-  return { ...(sub ? { sub } : {}), ...(clientId ? { clientId } : {}) }
 }
 
 /** Route config for a route anyone may call. */

@@ -1,0 +1,89 @@
+// What tokens are checked against, chosen from the configuration: the verification key (a secret,
+// a public key pinned to its algorithm, or the identity provider's key set, never JWKS over plain
+// http to another host in production), the issuer, the audiences, the typ and the scope claims.
+import { createPublicKey } from 'node:crypto'
+import { isIPv4 } from 'node:net'
+import { audiencesOf, type Config, isProduction } from '../../src/config.js'
+import type { AuthOptions } from './index.js'
+
+/**
+ * How tokens are verified: a shared HS256 secret, a public key pinned to its one algorithm, or the
+ * identity provider's key set (RS256 and ES256 keys, chosen by the token's kid).
+ */
+export type JwtKey =
+  | { kind: 'secret', algorithms: ['HS256'], secret: string }
+  | { kind: 'public-key', algorithms: ['RS256'] | ['ES256'], publicKey: string }
+  | { kind: 'jwks', algorithms: ['RS256', 'ES256'], url: string, cacheMaxAgeMs: number, cooldownMs: number, fetchTimeoutMs: number }
+
+/** JWT_SCOPE_CLAIMS's claims, in order. */
+export function scopeClaimsOf (config: Pick<Config, 'JWT_SCOPE_CLAIMS'>): string[] {
+  return config.JWT_SCOPE_CLAIMS.split(' ').filter(Boolean)
+}
+
+/** JWT_TYPE as fast-jwt compares it: lower case, without "application/". */
+export function tokenTypeOf (config: Pick<Config, 'JWT_TYPE'>): string | undefined {
+  // Stryker disable next-line Regex: JWT_TYPE's pattern admits application/ only at the start
+  return config.JWT_TYPE?.toLowerCase().replace(/^application\//, '')
+}
+
+/** Loopback hosts: a key set fetched from them never leaves the machine (or the pod's sidecar). */
+function isLoopback (hostname: string): boolean {
+  return hostname === 'localhost' || hostname === '[::1]' || (isIPv4(hostname) && hostname.startsWith('127.'))
+}
+
+/** True when JWKS_URL is plain http to a host that is not loopback (allowed only by JWKS_ALLOW_HTTP). */
+export function jwksOverNetworkHttp (config: Pick<Config, 'JWKS_URL'>): boolean {
+  if (!config.JWKS_URL?.startsWith('http://')) return false
+  return !isLoopback(new URL(config.JWKS_URL).hostname)
+}
+
+/**
+ * The verification key the configuration names. Algorithms are pinned to the key's type, so a
+ * token signed HS256 with the public key as its secret (algorithm confusion) can never verify.
+ */
+export function jwtKeyOf (config: Config): JwtKey | undefined {
+  if (config.JWT_SECRET) return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
+  if (config.JWKS_URL) {
+    if (isProduction(config) && jwksOverNetworkHttp(config) && !config.JWKS_ALLOW_HTTP) {
+      throw new Error('Invalid configuration: JWKS_URL must be https:// in production, or http:// on a loopback host ' +
+        '(set JWKS_ALLOW_HTTP=true to allow plain http to another host)')
+    }
+    return {
+      kind: 'jwks',
+      algorithms: ['RS256', 'ES256'],
+      url: config.JWKS_URL,
+      cacheMaxAgeMs: config.JWKS_CACHE_MAX_AGE_MS,
+      cooldownMs: config.JWKS_COOLDOWN_MS,
+      fetchTimeoutMs: config.JWKS_FETCH_TIMEOUT_MS
+    }
+  }
+  if (!config.JWT_PUBLIC_KEY) return undefined
+  // Container platforms often flatten a PEM's newlines to "\n".
+  const publicKey = config.JWT_PUBLIC_KEY.replaceAll('\\n', '\n')
+  let key
+  try {
+    key = createPublicKey(publicKey)
+  } catch {
+    throw new Error('Invalid configuration: JWT_PUBLIC_KEY is not a PEM public key')
+  }
+  if (key.asymmetricKeyType === 'rsa') return { kind: 'public-key', algorithms: ['RS256'], publicKey }
+  // Stryker disable next-line OptionalChaining: Node describes every EC key it loads, its curve included
+  if (key.asymmetricKeyType === 'ec' && key.asymmetricKeyDetails?.namedCurve === 'prime256v1') {
+    return { kind: 'public-key', algorithms: ['ES256'], publicKey }
+  }
+  throw new Error('Invalid configuration: JWT_PUBLIC_KEY must be an RSA key (RS256) or a P-256 EC key (ES256)')
+}
+
+/** The auth plugin's options from the configuration; throws when no key is named, or one is unusable. */
+export function authOptionsOf (config: Config): AuthOptions {
+  const key = jwtKeyOf(config)
+  if (!key) throw new Error('one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required')
+  return {
+    key,
+    issuer: config.JWT_ISSUER,
+    audiences: audiencesOf(config),
+    type: tokenTypeOf(config),
+    scopeClaims: scopeClaimsOf(config),
+    maxLifetimeS: config.JWT_MAX_LIFETIME_S
+  }
+}
