@@ -8,11 +8,11 @@ import fp from 'fastify-plugin'
 import { databaseErrorSummary } from '../db/errors.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { DatabasePool } from '../db/pool.js'
-import { type ChangeInput, type ChangeResult, grantPermissions, unauthorizePermissions } from '../db/queries/change.js'
+import { type ChangeInput, type ChangeOptions, type ChangeResult, grantPermissions, unauthorizePermissions } from '../db/queries/change.js'
 import { type FeedInput, type FeedPage, readFeed } from '../db/queries/feed.js'
 import { type ChangeHistoryInput, type ChangeHistoryPage, listPermissionChanges } from '../db/queries/history.js'
 import { type ListGrantedPermissionsInput, listGrantedPermissions, type PermissionPage } from '../db/queries/list.js'
-import { ping, type Queryable, type StatementOptions } from '../db/queries/statement.js'
+import { ping, type Queryable } from '../db/queries/statement.js'
 import { parseLsn } from '../db/lsn.js'
 import { recoveryConflict, ReplicaSet, replicaFailed } from '../db/replicas.js'
 import { replicaUrlsOf } from '../src/config.js'
@@ -155,7 +155,7 @@ export default fp(async function db (fastify) {
 }, { name: 'db', dependencies: ['env'] })
 
 /** The query module bound once: its functions given the pool (or `read`) and the statement options. */
-function boundQueries (pool: DatabasePool, read: Read, change: StatementOptions): Queries {
+function boundQueries (pool: DatabasePool, read: Read, change: ChangeOptions): Queries {
   const { prepared } = change
   return {
     listGrantedPermissions: (input, options) => read((db, position) => listGrantedPermissions(db, input, { prepared, position }), options),
