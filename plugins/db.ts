@@ -1,11 +1,17 @@
 // The database as `fastify.db` (a pg Pool that tells overload from an outage, db/pool.ts),
-// migrated before the server takes requests, and `fastify.checkDatabase()` for readiness, on a
-// connection of its own so that it never queues behind API traffic. Both close with the server.
+// migrated before the server takes requests; `fastify.queries`, the query module (db/queries/)
+// bound to it, its replicas and the statement settings; and `fastify.checkDatabase()` for
+// readiness, on a connection of its own so that it never queues behind API traffic. All close
+// with the server.
 import { performance } from 'node:perf_hooks'
 import fp from 'fastify-plugin'
 import { databaseErrorSummary } from '../db/errors.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { DatabasePool } from '../db/pool.js'
+import { type ChangeInput, type ChangeOptions, type ChangeResult, grantPermissions, unauthorizePermissions } from '../db/queries/change.js'
+import { type FeedInput, type FeedPage, readFeed } from '../db/queries/feed.js'
+import { type ChangeHistoryInput, type ChangeHistoryPage, listPermissionChanges } from '../db/queries/history.js'
+import { type ListGrantedPermissionsInput, listGrantedPermissions, type PermissionPage } from '../db/queries/list.js'
 import { ping, type Queryable } from '../db/queries/statement.js'
 import { parseLsn } from '../db/lsn.js'
 import { recoveryConflict, ReplicaSet, replicaFailed } from '../db/replicas.js'
@@ -21,17 +27,41 @@ declare module 'fastify' {
      * Runs a read where it may be answered: on a replica that may answer it, else on the primary
      * (db/replicas.ts says which may). `run` is handed where, and whether to ask for the position.
      */
-    read: <T extends { position?: string }>(run: (db: Queryable, position: boolean) => Promise<T>, options?: ReadOptions<T>) => Promise<T>
+    read: Read
+    /**
+     * The query module's statements as the service runs them: on the pool or where a read may be
+     * answered, prepared or not (DATABASE_PREPARED_STATEMENTS), a change bounded by
+     * DATABASE_STATEMENT_TIMEOUT_MS, with positions when there are replicas. Routes pass only what
+     * a request asks for.
+     */
+    queries: Queries
     /** Resolves when the database answers, within READINESS_TIMEOUT_MS; rejects when it does not. */
     checkDatabase: () => Promise<void>
   }
 }
+
+export type Read = <T extends { position?: string }>(run: (db: Queryable, position: boolean) => Promise<T>, options?: ReadOptions<T>) => Promise<T>
 
 export interface ReadOptions<T> {
   /** The position the caller has seen (Consistency-Token): the answer must be at least as new. */
   after?: bigint
   /** Whether a replica's answer is new enough (an If-None-Match naming a newer version is not). */
   satisfied?: (result: T) => boolean
+}
+
+export interface Queries {
+  /** A page of a client's grants, read where it may be answered (`read`). */
+  listGrantedPermissions: (input: ListGrantedPermissionsInput, options?: ReadOptions<PermissionPage>) => Promise<PermissionPage>
+  /** A page of a client's change history on a resource, read where it may be answered. */
+  listPermissionChanges: (input: ChangeHistoryInput, options?: ReadOptions<ChangeHistoryPage>) => Promise<ChangeHistoryPage>
+  /** A page of the change feed, read where it may be answered. */
+  readFeed: (input: FeedInput, options?: ReadOptions<FeedPage>) => Promise<FeedPage>
+  /** A page of the change feed from the primary, without its position: what the streams' shared reader reads. */
+  readFeedFromPrimary: (input: FeedInput) => Promise<FeedPage>
+  /** An unauthorize, on the primary in a transaction of its own. */
+  unauthorizePermissions: (input: ChangeInput) => Promise<ChangeResult>
+  /** A grant, on the primary in a transaction of its own. */
+  grantPermissions: (input: ChangeInput) => Promise<ChangeResult>
 }
 
 export default fp(async function db (fastify) {
@@ -85,7 +115,14 @@ export default fp(async function db (fastify) {
   replicas?.on('down', (replica, error: Error) => fastify.log.warn({ replica: replica.name, ...databaseErrorSummary(error) }, 'database replica down: its reads go elsewhere'))
   replicas?.on('up', (replica) => fastify.log.warn({ replica: replica.name }, 'database replica back: it takes reads again'))
   fastify.decorate('replicas', replicas)
-  fastify.decorate('read', replicas ? readAnywhere(pool, replicas) : async (run) => run(pool, false))
+  const read: Read = replicas ? readAnywhere(pool, replicas) : async (run) => run(pool, false)
+  fastify.decorate('read', read)
+  fastify.decorate('queries', boundQueries(pool, read, {
+    prepared: config.DATABASE_PREPARED_STATEMENTS,
+    statementTimeoutMs: config.DATABASE_STATEMENT_TIMEOUT_MS,
+    // A change answers its commit's position (Consistency-Token) when a replica may answer the next read.
+    position: replicas !== undefined
+  }))
   const primaryCheck = readinessCheck(pool, probePool, config.READINESS_TIMEOUT_MS)
   // With replicas, a replica still answering reads keeps the service ready while the primary is
   // down: writes answer 503 database-unavailable, and a gateway that pulled every replica of the
@@ -117,13 +154,26 @@ export default fp(async function db (fastify) {
   await replicas?.start()
 }, { name: 'db', dependencies: ['env'] })
 
+/** The query module bound once: its functions given the pool (or `read`) and the statement options. */
+function boundQueries (pool: DatabasePool, read: Read, change: ChangeOptions): Queries {
+  const { prepared } = change
+  return {
+    listGrantedPermissions: (input, options) => read((db, position) => listGrantedPermissions(db, input, { prepared, position }), options),
+    listPermissionChanges: (input, options) => read((db, position) => listPermissionChanges(db, input, { prepared, position }), options),
+    readFeed: (input, options) => read((db, position) => readFeed(db, input, { prepared, position }), options),
+    readFeedFromPrimary: (input) => readFeed(pool, input, { prepared }),
+    unauthorizePermissions: (input) => unauthorizePermissions(pool, input, change),
+    grantPermissions: (input) => grantPermissions(pool, input, change)
+  }
+}
+
 /**
  * Reads with replicas: on one that may answer (ReplicaSet.choose), else on the primary. A replica
  * that fails the read (unreachable, or too slow) is marked down and the read goes to the primary;
  * one that cancels it in a conflict with its recovery is not, but the primary answers; an answer
  * older than the request needs (its token, or `satisfied`) is asked of the primary again.
  */
-function readAnywhere (primary: DatabasePool, replicas: ReplicaSet) {
+function readAnywhere (primary: DatabasePool, replicas: ReplicaSet): Read {
   return async function read<T extends { position?: string }> (run: (db: Queryable, position: boolean) => Promise<T>, { after, satisfied }: ReadOptions<T> = {}): Promise<T> {
     const replica = replicas.choose(after)
     let reason: string

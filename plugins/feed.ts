@@ -5,7 +5,7 @@
 import fp from 'fastify-plugin'
 import { ChangeListener } from '../db/change-listener.js'
 import { databaseErrorSummary } from '../db/errors.js'
-import { type FeedInput, type FeedPage, readFeed } from '../db/queries/feed.js'
+import type { FeedInput, FeedPage } from '../db/queries/feed.js'
 import { FEED_PAGE_SIZE, feedEvent } from '../src/feed-events.js'
 import { FeedHub } from '../src/feed-hub.js'
 import { problems } from '../src/problems.js'
@@ -45,7 +45,7 @@ export default fp(async function feed (fastify) {
   // connection the migrations use, when given. Without one, the reader's own polling (each
   // second) still brings every change.
   const listener = new ChangeListener({ connectionString: config.MIGRATIONS_DATABASE_URL ?? config.DATABASE_URL! })
-  const read = (input: FeedInput) => readFeed(fastify.db, input, { prepared: config.DATABASE_PREPARED_STATEMENTS })
+  const read = fastify.queries.readFeedFromPrimary
   const hub = new FeedHub({
     read,
     encode: feedEvent,

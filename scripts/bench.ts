@@ -39,7 +39,7 @@ import { migrateDatabase } from '../db/migrate.js'
 import { unauthorizeSql } from '../db/queries/change.js'
 import { listGrantedPermissionsSql } from '../db/queries/list.js'
 import { parseSortBy } from '../db/queries/sort.js'
-import { STATEMENT_TIMEOUT_MS } from '../db/queries/statement.js'
+import { loadConfig } from '../src/config.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
 import { idealListSql } from './bench/best-sql.js'
 import { BIG_CLIENT, fillerPermissionId, grantFillers, loadScale, RESOURCE_ID, scaleOf, SMALL_CLIENT, type Scale } from './bench/data.js'
@@ -70,6 +70,9 @@ const FEED_CHANGES = Number(process.env.BENCH_FEED_CHANGES ?? 50_000)
 const FEED_STREAMS = Number(process.env.BENCH_FEED_STREAMS ?? 100)
 const FEED_RATE = Number(process.env.BENCH_FEED_RATE ?? 20)
 const FEED_SECONDS = Number(process.env.BENCH_FEED_SECONDS ?? 10)
+// The bound the service sets on a change's transaction: the setting's default, as the bench's
+// services run with it (their environment does not set it).
+const STATEMENT_TIMEOUT_MS = loadConfig({}).DATABASE_STATEMENT_TIMEOUT_MS
 const selected = (scenario: string) => scenario.includes(ONLY)
 const reportFolder = join(projectRoot, 'reports', 'bench')
 

@@ -57,3 +57,36 @@ t.test('no module imports from a layer above its own', async (t) => {
   }
   t.ok(edges > 100, `${edges} imports checked`)
 })
+
+// A setting is bound where it is used (docs/architecture.md): plugins/db.ts binds the query module
+// to the pool and the statement settings, and routes call it with what a request gives. A module
+// reads a setting when its code (not a comment, not a sentence naming it) takes it from an object:
+// `config.X`, `config['X']`, or `const { X } = config`.
+const withoutComments = (text: string) => text.replace(/\/\*[\s\S]*?\*\//g, '').replace(/(^|[^:])\/\/.*$/gm, '$1')
+function databaseSettingsRead (text: string): string[] {
+  const code = withoutComments(text)
+  const accessed = [...code.matchAll(/(?:\.|\[\s*['"`])(DATABASE_[A-Z_]+)\b/g)].map(([, name]) => name)
+  const destructured = [...code.matchAll(/\{([^{}]*)\}\s*=[^=>]/g)].flatMap(([, names]) => names.match(/\bDATABASE_[A-Z_]+/g) ?? [])
+  return [...new Set([...accessed, ...destructured])].sort()
+}
+
+t.test('a module reads a DATABASE_ setting when its code takes it from the configuration, not when it names it', async (t) => {
+  t.same(databaseSettingsRead('const on = fastify.config.DATABASE_PREPARED_STATEMENTS'), ['DATABASE_PREPARED_STATEMENTS'])
+  t.same(databaseSettingsRead("const ms = config['DATABASE_STATEMENT_TIMEOUT_MS']"), ['DATABASE_STATEMENT_TIMEOUT_MS'])
+  t.same(databaseSettingsRead('const { DATABASE_URL, DATABASE_POOL_MAX: max } = config'), ['DATABASE_POOL_MAX', 'DATABASE_URL'])
+  t.same(databaseSettingsRead("// config.DATABASE_URL\n/* config.DATABASE_POOL_MAX */\nconst hint = 'set DATABASE_POOLER=transaction'"), [])
+})
+
+t.test('no route module reads a DATABASE_ setting; only plugins/db.ts reads the statement settings', async (t) => {
+  const routes = files.filter((file) => file.startsWith('src/routes/'))
+  t.ok(routes.length > 10, `${routes.length} route modules`)
+  for (const file of routes) t.same(databaseSettingsRead(await readFile(join(projectRoot, file), 'utf8')), [], file)
+  const statementSettings = ['DATABASE_PREPARED_STATEMENTS', 'DATABASE_STATEMENT_TIMEOUT_MS']
+  const readers: string[] = []
+  for (const file of files.filter((file) => layerOf(file) < layerOf('src/app.ts'))) {
+    const read = databaseSettingsRead(await readFile(join(projectRoot, file), 'utf8'))
+    if (read.some((setting) => statementSettings.includes(setting))) readers.push(file)
+  }
+  // The schema checks them (src/config.ts); the db plugin binds them, for routes and plugins alike.
+  t.same(readers.sort(), ['plugins/db.ts', 'src/config.ts'])
+})

@@ -2,7 +2,7 @@
 // applies, and records it in the history in the same transaction.
 import type pg from 'pg'
 import { primaryPosition } from '../lsn.js'
-import { STATEMENT_TIMEOUT_MS, type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
+import { type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
 
 // What the DELETE and the POST share ($1 resource id, $2 client id, $3 permission ids, $4 the versions
 // an If-Match accepts, NULL for none): the target, its authorization row locked (against writers
@@ -95,6 +95,15 @@ export interface ChangeInput {
   requestId: string
 }
 
+/** How a change runs: its statements prepared or not, its commit's position asked for or not, and its bound. */
+export interface ChangeOptions extends StatementOptions {
+  /**
+   * The server-side bound on its statements (DATABASE_STATEMENT_TIMEOUT_MS), set in its own
+   * transaction, so that it holds behind a transaction pooler too, where no session settings are sent.
+   */
+  statementTimeoutMs: number
+}
+
 export interface ChangeResult extends Target {
   /** False when an If-Match names no current version: nothing was changed. */
   preconditionMet: boolean
@@ -139,12 +148,12 @@ function authorizationLocks (client: pg.PoolClient, { resourceId, clientId }: Pi
  * after the statement's answer, so a client that gave up waiting never leaves a change committed
  * behind it.
  */
-async function changeGrants (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: StatementOptions): Promise<ChangeResult> {
+async function changeGrants (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
   const client = await pool.connect()
   try {
     // One round trip; the timeout is transaction-scoped, so nothing leaks to the next user of a
     // pooled server connection.
-    const timeout = Math.trunc(options.statementTimeoutMs ?? STATEMENT_TIMEOUT_MS)
+    const timeout = Math.trunc(options.statementTimeoutMs)
     await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}; ${authorizationLocks(client, input)}`)
     const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, unknown_permission_ids: string[], changed: string, change_id: string | null, version_before: string | null }>(
       statement(name, text, [
@@ -184,11 +193,11 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
 }
 
 /** Removes grants from a client's authorization on a resource (ids not granted are no-ops). */
-export function unauthorizePermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions): Promise<ChangeResult> {
+export function unauthorizePermissions (pool: pg.Pool, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
   return changeGrants(pool, 'unauthorize', unauthorizeSql, input, options)
 }
 
 /** Grants permissions within a client's existing authorization on a resource (ids held are no-ops). */
-export function grantPermissions (pool: pg.Pool, input: ChangeInput, options: StatementOptions): Promise<ChangeResult> {
+export function grantPermissions (pool: pg.Pool, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
   return changeGrants(pool, 'grant', grantSql, input, options)
 }

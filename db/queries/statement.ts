@@ -11,8 +11,6 @@ export type Queryable = Pick<pg.Pool | pg.PoolClient, 'query'>
  */
 export interface StatementOptions {
   prepared: boolean
-  /** The DELETE's server-side bound, set in its own transaction (so it holds behind a pooler too). */
-  statementTimeoutMs?: number
   /**
    * Whether a read also answers the WAL position of the state it saw, and a change the position of
    * its commit (db/lsn.ts): with replicas, for Consistency-Token. Without, statements are unchanged.
@@ -22,9 +20,6 @@ export interface StatementOptions {
 
 export const statement = (name: string, text: string, values: unknown[], { prepared }: StatementOptions) =>
   prepared ? { name, text, values } : { text, values }
-
-/** Default server-side bound on a statement (DATABASE_STATEMENT_TIMEOUT_MS). */
-export const STATEMENT_TIMEOUT_MS = 5_000
 
 /** Whether the resource and the client exist, and whether the client is authorized on it. */
 export interface Target { resourceExists: boolean, clientExists: boolean, authorized: boolean }

@@ -12,7 +12,7 @@
 //   validated   the route's request schema (path and query) with the service's validation (src/validation.ts)
 //   pool        the service's pool and read() (plugins/env.ts, plugins/db.ts) in place of the pg.Pool
 //   statement   the service's statement, listGrantedPermissions, in place of the best SQL, called as
-//               the route calls it, with its 404 check
+//               the route calls it (fastify.queries, plugins/db.ts), with its 404 check
 //   auth-hs256  plugins/auth.ts as src/app.ts registers it, the route's scope checked (JWT_SECRET)
 //   auth-rs256  the same with JWT_PUBLIC_KEY (RS256), as the bench runs the service
 //   hooks       the request id (src/request-id.ts as the id and the X-Request-Id hook of src/app.ts),
@@ -22,7 +22,6 @@
 //               X-Total-Count, Consistency-Token
 import Fastify from 'fastify'
 import pg from 'pg'
-import type * as ListQuery from '../../db/queries/list.js'
 import type * as Sort from '../../db/queries/sort.js'
 import type * as AuthPlugin from '../../plugins/auth/index.js'
 import type * as AuthKey from '../../plugins/auth/key.js'
@@ -120,7 +119,6 @@ if (!has('statement')) {
   }
   if (has('headers')) await app.register((await built<typeof ListRoute>('src/routes/permissions/list.js')).default)
   else {
-    const { listGrantedPermissions } = await built<typeof ListQuery>('db/queries/list.js')
     const { parseSortBy } = await built<typeof Sort>('db/queries/sort.js')
     const { assertClientAuthorized } = await built<typeof Target>('src/routes/permissions/target.js')
     // The route's handler up to its statement and its 404 (src/routes/permissions/list.ts), in a
@@ -132,9 +130,7 @@ if (!has('statement')) {
       }>(route.url, { schema: route.schema, config: route.config }, async (request, reply) => {
         const { resource_id: resourceId, client_id: clientId } = request.params
         const { limit, offset: page, sort_by: sortBy } = request.query
-        const result = await fastify.read((db, position) => listGrantedPermissions(db, {
-          resourceId, clientId, limit, page, sort: parseSortBy(sortBy)
-        }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, position }))
+        const result = await fastify.queries.listGrantedPermissions({ resourceId, clientId, limit, page, sort: parseSortBy(sortBy) })
         assertClientAuthorized(result, resourceId, clientId)
         return reply.type('application/json; charset=utf-8').send(result.permissionsJson)
       })

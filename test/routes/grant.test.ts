@@ -97,6 +97,8 @@ t.test('the body rules of DELETE: not an array, empty, over 500 ids, too large, 
 
 t.test('each statement is prepared once per connection under its own name; none with DATABASE_PREPARED_STATEMENTS=false', async (t) => {
   // One pooled connection: the one that then reads pg_prepared_statements, which is per session.
+  // Every statement fastify.queries runs (plugins/db.ts binds the setting once): the routes' and
+  // the feed streams' shared reader's.
   for (const prepared of [true, false]) {
     const app = await build(t, { DATABASE_POOL_MAX: '1', DATABASE_PREPARED_STATEMENTS: String(prepared) })
     await app.seed(ordersFixture())
@@ -107,7 +109,12 @@ t.test('each statement is prepared once per connection under its own name; none 
     t.equal((await app.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: ['p_read_orders'] })).status, 204)
     t.equal((await app.request(ordersPath(), { method: 'POST', token: createToken(), json: ['p_read_orders'] })).status, 204)
     t.equal((await app.request(historyPath(), { token: readToken() })).status, 200)
+    t.equal((await app.request('/permission_changes?resource_id=orders-api', { token: readToken() })).status, 200)
+    // What a stream reads (the feed plugin's reader, on the primary); no stream is open, so nothing else reads the feed.
+    await app.app.feed.read({ limit: 10 })
     const { rows } = await app.app.db.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')
-    t.same(rows.map(({ name }) => name), prepared ? ['change history', 'grant', 'list description.desc,name.asc', 'list name.asc', 'unauthorize', 'version after change'] : [], `prepared=${prepared}`)
+    t.same(rows.map(({ name }) => name), prepared
+      ? ['change history', 'feed', 'feed by resource', 'grant', 'list description.desc,name.asc', 'list name.asc', 'unauthorize', 'version after change']
+      : [], `prepared=${prepared}`)
   }
 })

@@ -3,7 +3,6 @@
 // (Server-Sent Events, ./stream.ts), chosen by Accept.
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import Negotiator from 'negotiator'
-import { readFeed } from '../../../db/queries/feed.js'
 import { feedPage } from '../../feed-events.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
@@ -29,8 +28,7 @@ export default async function changeFeed (fastify: FastifyInstance) {
       const after = request.headers['last-event-id'] ?? afterParameter
       return streamFeed(fastify, request, reply, { after, resourceId })
     }
-    const page = await fastify.read((db, position) => readFeed(db, { after: afterParameter, limit, resourceId },
-      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, position }), { after: consistencyTokenOf(request) })
+    const page = await fastify.queries.readFeed({ after: afterParameter, limit, resourceId }, { after: consistencyTokenOf(request) })
     sendConsistencyToken(reply, page.position)
     assertNotPruned(afterParameter, page)
     // Always a next link: an empty page is polled again from the same place.

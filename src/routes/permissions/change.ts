@@ -1,7 +1,6 @@
-// What the DELETE and the POST share: the change a request asks for, and how its statement runs.
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+// What the DELETE and the POST share: the change a request asks for, and its answer.
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ChangeInput, ChangeResult } from '../../../db/queries/change.js'
-import type { StatementOptions } from '../../../db/queries/statement.js'
 import { actorOf } from './actor.js'
 import { etagOf, ifMatchVersions } from './preconditions.js'
 
@@ -17,11 +16,6 @@ export function changeOf (request: ChangeRequest): ChangeInput {
     actor: actorOf(request),
     requestId: request.id
   }
-}
-
-/** Prepared or not, bounded by the statement timeout in its own transaction, with its commit's position when there are replicas. */
-export function changeStatementOptions ({ config, replicas }: FastifyInstance): StatementOptions {
-  return { prepared: config.DATABASE_PREPARED_STATEMENTS, statementTimeoutMs: config.DATABASE_STATEMENT_TIMEOUT_MS, position: replicas !== undefined }
 }
 
 /** A change's 204, with the authorization's new ETag (its Consistency-Token is sent before the checks). */

@@ -2,7 +2,6 @@
 // history DELETE and POST write in their own transaction. Paged by a cursor (`before`, the id of the
 // last change seen) rather than an offset, so a page never shifts while changes are being added.
 import type { FastifyInstance } from 'fastify'
-import { listPermissionChanges } from '../../../db/queries/history.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { problems } from '../../problems.js'
@@ -20,8 +19,8 @@ export default async function permissionChanges (fastify: FastifyInstance) {
   }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, before } = request.query
-    const page = await fastify.read((db, position) => listPermissionChanges(db, { resourceId, clientId, limit, ...(before ? { before } : {}) },
-      { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, position }), { after: consistencyTokenOf(request) })
+    const page = await fastify.queries.listPermissionChanges({ resourceId, clientId, limit, ...(before ? { before } : {}) },
+      { after: consistencyTokenOf(request) })
     sendConsistencyToken(reply, page.position)
     // The history outlives what it describes: with changes recorded, it is shown even when the
     // authorization, the client or the resource is gone; without, the list's 404s, in its order.

@@ -1,10 +1,9 @@
 // POST: grant permissions to a client already authorized on a resource, all of them or none; the
 // inverse of DELETE, with the same body and the same answers.
 import type { FastifyInstance } from 'fastify'
-import { grantPermissions } from '../../../db/queries/change.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
-import { changeOf, changeStatementOptions, sendChanged } from './change.js'
+import { changeOf, sendChanged } from './change.js'
 import { sendConsistencyToken } from '../consistency.js'
 import { assertChangeApplies } from './target.js'
 
@@ -17,7 +16,7 @@ export default async function grant (fastify: FastifyInstance) {
     Body: Grant['requestBody']['content']['application/json']
   }>(url, { schema, config }, async (request, reply) => {
     const change = changeOf(request)
-    const result = await grantPermissions(fastify.db, change, changeStatementOptions(fastify))
+    const result = await fastify.queries.grantPermissions(change)
     const { resourceId, clientId } = change
     // Refused or not, the answer says where the primary was: a caller told 412 reads the current
     // ETag next, and with this token never from a replica older than the refusal.

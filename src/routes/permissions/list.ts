@@ -1,6 +1,5 @@
 // GET: one page of the permissions granted to a client on a resource.
 import type { FastifyInstance } from 'fastify'
-import { listGrantedPermissions } from '../../../db/queries/list.js'
 import { parseSortBy } from '../../../db/queries/sort.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
@@ -22,9 +21,7 @@ export default async function listPermissions (fastify: FastifyInstance) {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, offset: page, sort_by: sortBy } = request.query
     const newest = newestVersionNamed(request.headers['if-none-match'])
-    const result = await fastify.read((db, position) => listGrantedPermissions(db, {
-      resourceId, clientId, limit, page, sort: parseSortBy(sortBy)
-    }, { prepared: fastify.config.DATABASE_PREPARED_STATEMENTS, position }), {
+    const result = await fastify.queries.listGrantedPermissions({ resourceId, clientId, limit, page, sort: parseSortBy(sortBy) }, {
       after: consistencyTokenOf(request),
       // Decided against a state at least as new as the version the caller names.
       satisfied: newest === undefined ? undefined : ({ version }) => version !== undefined && BigInt(version) >= newest

@@ -1,9 +1,8 @@
 // DELETE: remove permissions from a client on a resource, all of them or none.
 import type { FastifyInstance } from 'fastify'
-import { unauthorizePermissions } from '../../../db/queries/change.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
-import { changeOf, changeStatementOptions, sendChanged } from './change.js'
+import { changeOf, sendChanged } from './change.js'
 import { sendConsistencyToken } from '../consistency.js'
 import { assertChangeApplies } from './target.js'
 
@@ -16,7 +15,7 @@ export default async function unauthorize (fastify: FastifyInstance) {
     Body: Unauthorize['requestBody']['content']['application/json']
   }>(url, { schema, config }, async (request, reply) => {
     const change = changeOf(request)
-    const result = await unauthorizePermissions(fastify.db, change, changeStatementOptions(fastify))
+    const result = await fastify.queries.unauthorizePermissions(change)
     const { resourceId, clientId } = change
     // Refused or not, the answer says where the primary was: a caller told 412 reads the current
     // ETag next, and with this token never from a replica older than the refusal.
