@@ -1,8 +1,12 @@
 // What the npm scripts' commands say, and where: a process writes to stdout and stderr, a test
 // runs the same command in-process and keeps the lines. Every command reads its arguments the same
 // way (readCommandLine): --help/-h prints its help and exits 0 before any work, and an argument it
-// does not know is one line on stderr and exit 2.
+// does not know is one line on stderr and exit 2. A command's file does its work in a function it
+// calls only when it is the file the process runs (isEntryPoint), so importing it starts nothing.
+import { realpathSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
+import { resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 
 export interface Output {
@@ -119,6 +123,18 @@ export async function openingComment (file: URL): Promise<string> {
   const lines = (await readFile(file, 'utf8')).split('\n')
   const end = lines.findIndex((line) => !line.startsWith('//'))
   return lines.slice(0, end).map((line) => line.replace(/^\/\/ ?/, '')).join('\n')
+}
+
+/**
+ * Whether the module at `moduleUrl` (its import.meta.url) is the file this process runs (`tsx
+ * scripts/token.ts`, `node dist/scripts/token.js`) rather than a module a test or another script
+ * imports: a command calls its main only then, so a test can import it and --help starts nothing.
+ */
+export function isEntryPoint (moduleUrl: string): boolean {
+  const entry = process.argv[1]
+  if (!entry) return false
+  const real = (path: string) => { try { return realpathSync(path) } catch { return path } }
+  return real(resolve(entry)) === real(fileURLToPath(moduleUrl))
 }
 
 /**
