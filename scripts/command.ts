@@ -136,12 +136,3 @@ export function isEntryPoint (moduleUrl: string): boolean {
   const real = (path: string) => { try { return realpathSync(path) } catch { return path } }
   return real(resolve(entry)) === real(fileURLToPath(moduleUrl))
 }
-
-/**
- * Runs `script` once its command line is read (it takes no options; the environment sets it up):
- * for a script whose top level starts work, so --help prints its opening comment and starts nothing.
- */
-export async function runAfterCommandLine (script: URL, usage: string): Promise<void> {
-  processCommandLine({ usage, about: await openingComment(script), options: {} })
-  await import(script.href)
-}
