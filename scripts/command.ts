@@ -111,13 +111,6 @@ export function readCommandLine<Options extends Record<string, CommandOption>> (
   return commandLine as CommandLine<Options>
 }
 
-/** readCommandLine for a script's own process: exits when there is nothing more to do. */
-export function processCommandLine<Options extends Record<string, CommandOption>> (command: Command<Options>): CommandLine<Options> {
-  const commandLine = readCommandLine(command, process.argv.slice(2))
-  if (typeof commandLine === 'number') process.exit(commandLine)
-  return commandLine
-}
-
 /** The comment a source file opens with, without its slashes: where a script documents itself. */
 export async function openingComment (file: URL): Promise<string> {
   const lines = (await readFile(file, 'utf8')).split('\n')
