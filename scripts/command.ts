@@ -1,8 +1,12 @@
 // What the npm scripts' commands say, and where: a process writes to stdout and stderr, a test
 // runs the same command in-process and keeps the lines. Every command reads its arguments the same
 // way (readCommandLine): --help/-h prints its help and exits 0 before any work, and an argument it
-// does not know is one line on stderr and exit 2.
+// does not know is one line on stderr and exit 2. A command's file does its work in a function it
+// calls only when it is the file the process runs (isEntryPoint), so importing it starts nothing.
+import { realpathSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
+import { resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { parseArgs, type ParseArgsConfig } from 'node:util'
 
 export interface Output {
@@ -107,13 +111,6 @@ export function readCommandLine<Options extends Record<string, CommandOption>> (
   return commandLine as CommandLine<Options>
 }
 
-/** readCommandLine for a script's own process: exits when there is nothing more to do. */
-export function processCommandLine<Options extends Record<string, CommandOption>> (command: Command<Options>): CommandLine<Options> {
-  const commandLine = readCommandLine(command, process.argv.slice(2))
-  if (typeof commandLine === 'number') process.exit(commandLine)
-  return commandLine
-}
-
 /** The comment a source file opens with, without its slashes: where a script documents itself. */
 export async function openingComment (file: URL): Promise<string> {
   const lines = (await readFile(file, 'utf8')).split('\n')
@@ -122,10 +119,13 @@ export async function openingComment (file: URL): Promise<string> {
 }
 
 /**
- * Runs `script` once its command line is read (it takes no options; the environment sets it up):
- * for a script whose top level starts work, so --help prints its opening comment and starts nothing.
+ * Whether the module at `moduleUrl` (its import.meta.url) is the file this process runs (`tsx
+ * scripts/token.ts`, `node dist/scripts/token.js`) rather than a module a test or another script
+ * imports: a command calls its main only then, so a test can import it and --help starts nothing.
  */
-export async function runAfterCommandLine (script: URL, usage: string): Promise<void> {
-  processCommandLine({ usage, about: await openingComment(script), options: {} })
-  await import(script.href)
+export function isEntryPoint (moduleUrl: string): boolean {
+  const entry = process.argv[1]
+  if (!entry) return false
+  const real = (path: string) => { try { return realpathSync(path) } catch { return path } }
+  return real(resolve(entry)) === real(fileURLToPath(moduleUrl))
 }

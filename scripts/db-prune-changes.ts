@@ -1,7 +1,40 @@
-// npm run -s db:prune-changes -- --older-than DAYS: deletes the change history recorded more than DAYS
-// days ago (retention: README), on DATABASE_URL or the local embedded database. Run it from a
-// scheduler (a Kubernetes CronJob, cron); the service never deletes history by itself
-// (scripts/prune-changes-command.ts).
-import { pruneChangesCommand } from './prune-changes-command.js'
+// npm run -s db:prune-changes -- --older-than DAYS: deletes the change history recorded more than
+// DAYS days ago (retention: README), on DATABASE_URL or the local embedded database: the only way
+// history is deleted, as the database refuses any other DELETE of it (migration 0006, pruneChanges).
+// Run it from a scheduler (a Kubernetes CronJob, cron); the service never deletes history by itself.
+// Run as a process it calls pruneChangesCommand; tests import it and run it in-process too.
+import pg from 'pg'
+import { pruneChanges } from '../db/queries/history.js'
+import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from './command.js'
+import { withDatabase } from './database.js'
 
-process.exitCode = await pruneChangesCommand(process.argv.slice(2))
+const command = {
+  usage: 'npm run -s db:prune-changes -- --older-than DAYS',
+  about: 'Deletes the change history recorded more than DAYS days ago, on DATABASE_URL or the local embedded\n' +
+    'database. Run it from a scheduler (a Kubernetes CronJob, cron): the service never deletes history itself.',
+  options: {
+    'older-than': { type: 'string', value: 'DAYS', about: 'the age, in whole days (at least 1), past which changes are deleted' }
+  }
+} satisfies Command
+
+/** Returns the exit code: 0 pruned (or --help), 2 bad arguments. */
+export async function pruneChangesCommand (args: string[], io: DatabaseIo = { ...processOutput, withDatabase }): Promise<number> {
+  const commandLine = readCommandLine(command, args, io)
+  if (typeof commandLine === 'number') return commandLine
+  const olderThan = commandLine.values['older-than'] ?? ''
+  const days = Number(olderThan)
+  if (!/^\d+$/.test(olderThan) || days < 1) return usageError(command, '--older-than must be a whole number of days, at least 1', io)
+
+  await io.withDatabase(async (url) => {
+    const pool = new pg.Pool({ connectionString: url, max: 1 })
+    try {
+      const pruned = await pruneChanges(pool, days)
+      io.out(`Pruned ${pruned} change${pruned === 1 ? '' : 's'} recorded more than ${days} day${days === 1 ? '' : 's'} ago.`)
+    } finally {
+      await pool.end()
+    }
+  })
+  return 0
+}
+
+if (isEntryPoint(import.meta.url)) process.exitCode = await pruneChangesCommand(process.argv.slice(2))

@@ -12,7 +12,7 @@ import { listGrantedPermissionsSql } from '../db/queries/list.js'
 import { parseSortBy } from '../db/queries/sort.js'
 import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT } from './bench/data.js'
 import { explainPrepared } from './bench/explain.js'
-import { type Command, processCommandLine, usageError } from './command.js'
+import { type Command, isEntryPoint, readCommandLine, usageError } from './command.js'
 
 const command = {
   usage: 'npm run -s db:explain [-- GRANTS]',
@@ -22,41 +22,50 @@ const command = {
   options: {},
   allowPositionals: true
 } satisfies Command
-const { positionals } = processCommandLine(command)
-if (positionals.length > 1) process.exit(usageError(command, `one GRANTS count, not ${positionals.length} arguments`))
-const total = Number(positionals[0] ?? 1_000_000)
-if (!Number.isInteger(total) || total < 2_000) process.exit(usageError(command, 'GRANTS must be an integer of at least 2000'))
 
-const database = await givenOrThrowawayPostgres(process.env.DATABASE_URL)
+/** Returns the exit code: 0 explained (or --help), 2 bad arguments. */
+async function main (args: string[]): Promise<number> {
+  const commandLine = readCommandLine(command, args)
+  if (typeof commandLine === 'number') return commandLine
+  const { positionals } = commandLine
+  if (positionals.length > 1) return usageError(command, `one GRANTS count, not ${positionals.length} arguments`)
+  const total = Number(positionals[0] ?? 1_000_000)
+  if (!Number.isInteger(total) || total < 2_000) return usageError(command, 'GRANTS must be an integer of at least 2000')
 
-const pool = new pg.Pool({ connectionString: database.url, max: 1 })
-// The throwaway server stops right after; its goodbye to an idle connection is expected.
-pool.on('error', () => {})
-try {
-  await migrateDatabase(pool, migrationsDir)
-  const started = Date.now()
-  const scale = await loadScale(pool, total)
-  console.log(`-- ${scale.grants} grants generated in ${((Date.now() - started) / 1000).toFixed(1)} s` +
-    ` (a client with 1,000, one with ${scale.bigGrants})\n`)
+  const database = await givenOrThrowawayPostgres(process.env.DATABASE_URL)
 
-  const explain = async (title: string, sql: string, values: unknown[]) => {
-    console.log(`-- ${title}\n${await explainPrepared(pool, sql, values)}\n`)
+  const pool = new pg.Pool({ connectionString: database.url, max: 1 })
+  // The throwaway server stops right after; its goodbye to an idle connection is expected.
+  pool.on('error', () => {})
+  try {
+    await migrateDatabase(pool, migrationsDir)
+    const started = Date.now()
+    const scale = await loadScale(pool, total)
+    console.log(`-- ${scale.grants} grants generated in ${((Date.now() - started) / 1000).toFixed(1)} s` +
+      ` (a client with 1,000, one with ${scale.bigGrants})\n`)
+
+    const explain = async (title: string, sql: string, values: unknown[]) => {
+      console.log(`-- ${title}\n${await explainPrepared(pool, sql, values)}\n`)
+    }
+    const list = (sortBy: string) => listGrantedPermissionsSql(parseSortBy(sortBy))
+    await explain('GET page 0, limit 50, sort_by=name.asc; client with 1,000 grants', list('name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
+    await explain(`GET deepest page, limit 500; client with ${scale.bigGrants} grants`, list('name.asc'),
+      [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1])
+    await explain('GET page 0, limit 50, sort_by=id.desc; client with 1,000 grants', list('id.desc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
+    await explain('GET page 0, limit 50, sort_by=description.desc,name.asc; client with 1,000 grants',
+      list('description.desc,name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
+    // The order that read all of a client's grants before migration 0003, at both ends of the list.
+    await explain(`GET page 0, limit 500, sort_by=description.desc; client with ${scale.bigGrants} grants`,
+      list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, 0])
+    await explain(`GET deepest page, limit 500, sort_by=description.desc; client with ${scale.bigGrants} grants`,
+      list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1])
+    const { rows } = await pool.query('SELECT permission_id FROM grants WHERE resource_id = $1 AND client_id = $2 LIMIT 500', [RESOURCE_ID, BIG_CLIENT])
+    await explain('DELETE 500 ids (rolled back)', unauthorizeSql, [RESOURCE_ID, BIG_CLIENT, rows.map((row) => row.permission_id), null, 'explain', null, 'explain']) // rolled back: no history is kept
+  } finally {
+    await pool.end()
+    await database.stop()
   }
-  const list = (sortBy: string) => listGrantedPermissionsSql(parseSortBy(sortBy))
-  await explain('GET page 0, limit 50, sort_by=name.asc; client with 1,000 grants', list('name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
-  await explain(`GET deepest page, limit 500; client with ${scale.bigGrants} grants`, list('name.asc'),
-    [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1])
-  await explain('GET page 0, limit 50, sort_by=id.desc; client with 1,000 grants', list('id.desc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
-  await explain('GET page 0, limit 50, sort_by=description.desc,name.asc; client with 1,000 grants',
-    list('description.desc,name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
-  // The order that read all of a client's grants before migration 0003, at both ends of the list.
-  await explain(`GET page 0, limit 500, sort_by=description.desc; client with ${scale.bigGrants} grants`,
-    list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, 0])
-  await explain(`GET deepest page, limit 500, sort_by=description.desc; client with ${scale.bigGrants} grants`,
-    list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1])
-  const { rows } = await pool.query('SELECT permission_id FROM grants WHERE resource_id = $1 AND client_id = $2 LIMIT 500', [RESOURCE_ID, BIG_CLIENT])
-  await explain('DELETE 500 ids (rolled back)', unauthorizeSql, [RESOURCE_ID, BIG_CLIENT, rows.map((row) => row.permission_id), null, 'explain', null, 'explain']) // rolled back: no history is kept
-} finally {
-  await pool.end()
-  await database.stop()
+  return 0
 }
+
+if (isEntryPoint(import.meta.url)) process.exitCode = await main(process.argv.slice(2))

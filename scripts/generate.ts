@@ -6,7 +6,7 @@ import { readFile, writeFile } from 'node:fs/promises'
 import { join, relative } from 'node:path'
 import openapiTS, { astToString } from 'openapi-typescript'
 import { projectRoot, specJsonPath } from '../src/project-root.js'
-import { type Command, processCommandLine } from './command.js'
+import { type Command, isEntryPoint, readCommandLine } from './command.js'
 import { buildOperations } from './generate/operations.js'
 import { dereferencedSpec, specAsWritten } from './spec.js'
 
@@ -15,7 +15,6 @@ const command = {
   about: 'Writes src/generated/ and openapi/openapi.json from openapi/openapi.yaml.',
   options: { check: { type: 'boolean', about: 'write nothing; exit 1 when the generated files differ from the spec' } }
 } satisfies Command
-const { values: { check = false } } = processCommandLine(command)
 
 const generatedDir = join(projectRoot, 'src', 'generated')
 const banner = (what: string) =>
@@ -35,15 +34,24 @@ async function render (): Promise<Map<string, string>> {
   ])
 }
 
-const stale: string[] = []
-for (const [file, content] of await render()) {
-  const current = await readFile(file, 'utf8').catch(() => undefined)
-  if (current === content) continue
-  if (check) stale.push(relative(projectRoot, file))
-  else await writeFile(file, content)
+/** Returns the exit code: 0 written (or up to date, or --help), 1 out of date (--check), 2 bad arguments. */
+async function main (args: string[]): Promise<number> {
+  const commandLine = readCommandLine(command, args)
+  if (typeof commandLine === 'number') return commandLine
+  const { values: { check = false } } = commandLine
+  const stale: string[] = []
+  for (const [file, content] of await render()) {
+    const current = await readFile(file, 'utf8').catch(() => undefined)
+    if (current === content) continue
+    if (check) stale.push(relative(projectRoot, file))
+    else await writeFile(file, content)
+  }
+  if (stale.length > 0) {
+    console.error(`Generated files are out of date with openapi/openapi.yaml: ${stale.join(', ')}.\nRun \`npm run generate\` and commit the result.`)
+    return 1
+  }
+  console.log(check ? 'Generated files match openapi/openapi.yaml.' : 'src/generated/ is up to date.')
+  return 0
 }
-if (stale.length > 0) {
-  console.error(`Generated files are out of date with openapi/openapi.yaml: ${stale.join(', ')}.\nRun \`npm run generate\` and commit the result.`)
-  process.exit(1)
-}
-console.log(check ? 'Generated files match openapi/openapi.yaml.' : 'src/generated/ is up to date.')
+
+if (isEntryPoint(import.meta.url)) process.exitCode = await main(process.argv.slice(2))

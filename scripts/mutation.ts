@@ -10,7 +10,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { projectRoot } from '../src/project-root.js'
-import { type Command, processCommandLine, usageError } from './command.js'
+import { type Command, isEntryPoint, readCommandLine, usageError } from './command.js'
 import { runBin, withTestDatabase } from './test-database.js'
 
 interface Area { name: string, mutate: string[], testFiles: string[], concurrency?: number }
@@ -86,95 +86,103 @@ const command = {
   },
   allowPositionals: true
 } satisfies Command
-const { values: { incremental }, positionals: chosen } = processCommandLine(command)
-const unknown = chosen.filter((name) => !areas.some((area) => area.name === name))
-if (unknown.length > 0) {
-  process.exit(usageError(command, `unknown area ${unknown.join(', ')}; the areas: ${areas.map(({ name }) => name).join(', ')}`))
-}
-const toRun = chosen.length > 0 ? areas.filter(({ name }) => chosen.includes(name)) : areas
 
-// A mutant is killed or survives on its own merits, not on the seed the property tests drew.
-process.env.FUZZ_SEED ??= 'pinned'
-
-// How a mutant's test files run. A full run compiles them: Stryker builds its sandbox once per area
-// with tsc (into dist/, type checks off there, as a mutant need not type-check), so each of the
-// thousands of test processes it starts, one per test file per mutant, loads JavaScript instead of
-// TypeScript through tsx, which halves the CPU of a short file's process (an area 20 % faster). An
-// incremental run keeps the TypeScript: Stryker reuses a result only when the test file it names
-// is a file of the project, and compiled ones exist only in the sandbox.
-const howTestsRun = incremental
-  ? { settings: { tap: { nodeArgs: ['--import', 'tsx'] } }, testFile: (file: string) => file }
-  : {
-      settings: { buildCommand: 'tsc -p tsconfig.json', disableTypeChecks: '{src,plugins,db,scripts,test}/**/*.ts' },
-      testFile: (file: string) => join('dist', file.replace(/\.ts$/, '.js'))
-    }
-
-const reportOf = (area: Area) => join('reports', 'mutation', `${area.name}.json`)
-let interrupted = false
-process.once('SIGINT', () => { interrupted = true })
-
-const started = Date.now()
-const failed = await withTestDatabase(async (env) => {
-  // Stryker's runner imports tap as built; the tap command rebuilds it with the plugins package.json
-  // names when they differ (after npm ci, tap's default set), so build it here the same way.
-  if (await runBin('tap', ['build'], env) !== 0) return ['tap build']
-  const shared = JSON.parse(await readFile(join(projectRoot, 'stryker.config.json'), 'utf8'))
-  const configDir = await mkdtemp(join(tmpdir(), 'client-permissions-stryker-'))
-  const failedAreas: string[] = []
-  try {
-    for (const area of toRun) {
-      if (interrupted) break
-      const configFile = join(configDir, `${area.name}.json`)
-      await writeFile(configFile, JSON.stringify({
-        ...shared,
-        ...(area.concurrency ? { concurrency: area.concurrency } : {}),
-        ...howTestsRun.settings,
-        mutate: area.mutate,
-        tap: { ...howTestsRun.settings.tap, testFiles: area.testFiles.map(howTestsRun.testFile) },
-        jsonReporter: { fileName: reportOf(area) },
-        htmlReporter: { fileName: join('reports', 'mutation', `${area.name}.html`) },
-        ...(incremental ? { incremental, incrementalFile: join('reports', 'mutation', `${area.name}.incremental.json`) } : {})
-      }))
-      console.log(`\n# mutation: ${area.name} (${area.mutate.join(', ')})`)
-      if (await runBin('stryker', ['run', configFile], env) !== 0) failedAreas.push(area.name)
-    }
-  } finally {
-    await rm(configDir, { recursive: true, force: true })
+/** Returns the exit code: 0 every area run (or --help), 1 Stryker failed or was interrupted, 2 bad arguments. */
+async function main (args: string[]): Promise<number> {
+  const commandLine = readCommandLine(command, args)
+  if (typeof commandLine === 'number') return commandLine
+  const { values: { incremental }, positionals: chosen } = commandLine
+  const unknown = chosen.filter((name) => !areas.some((area) => area.name === name))
+  if (unknown.length > 0) {
+    return usageError(command, `unknown area ${unknown.join(', ')}; the areas: ${areas.map(({ name }) => name).join(', ')}`)
   }
-  return failedAreas
-})
+  const toRun = chosen.length > 0 ? areas.filter(({ name }) => chosen.includes(name)) : areas
 
-interface Counts { killed: number, survived: number, noCoverage: number, timeout: number, ignored: number, other: number }
-const counts = (): Counts => ({ killed: 0, survived: 0, noCoverage: 0, timeout: 0, ignored: 0, other: 0 })
-const byFile = new Map<string, Counts>()
-for (const area of toRun) {
-  const report = JSON.parse(await readFile(reportOf(area), 'utf8').catch(() => '{"files":{}}')) as { files: Record<string, { mutants: Array<{ status: string }> }> }
-  for (const [file, { mutants }] of Object.entries(report.files)) {
-    const count = byFile.get(file) ?? counts()
-    for (const { status } of mutants) {
-      if (status === 'Killed') count.killed++
-      else if (status === 'Survived') count.survived++
-      else if (status === 'NoCoverage') count.noCoverage++
-      else if (status === 'Timeout') count.timeout++
-      else if (status === 'Ignored') count.ignored++
-      else count.other++
+  // A mutant is killed or survives on its own merits, not on the seed the property tests drew.
+  process.env.FUZZ_SEED ??= 'pinned'
+
+  // How a mutant's test files run. A full run compiles them: Stryker builds its sandbox once per area
+  // with tsc (into dist/, type checks off there, as a mutant need not type-check), so each of the
+  // thousands of test processes it starts, one per test file per mutant, loads JavaScript instead of
+  // TypeScript through tsx, which halves the CPU of a short file's process (an area 20 % faster). An
+  // incremental run keeps the TypeScript: Stryker reuses a result only when the test file it names
+  // is a file of the project, and compiled ones exist only in the sandbox.
+  const howTestsRun = incremental
+    ? { settings: { tap: { nodeArgs: ['--import', 'tsx'] } }, testFile: (file: string) => file }
+    : {
+        settings: { buildCommand: 'tsc -p tsconfig.json', disableTypeChecks: '{src,plugins,db,scripts,test}/**/*.ts' },
+        testFile: (file: string) => join('dist', file.replace(/\.ts$/, '.js'))
+      }
+
+  const reportOf = (area: Area) => join('reports', 'mutation', `${area.name}.json`)
+  let interrupted = false
+  process.once('SIGINT', () => { interrupted = true })
+
+  const started = Date.now()
+  const failed = await withTestDatabase(async (env) => {
+    // Stryker's runner imports tap as built; the tap command rebuilds it with the plugins package.json
+    // names when they differ (after npm ci, tap's default set), so build it here the same way.
+    if (await runBin('tap', ['build'], env) !== 0) return ['tap build']
+    const shared = JSON.parse(await readFile(join(projectRoot, 'stryker.config.json'), 'utf8'))
+    const configDir = await mkdtemp(join(tmpdir(), 'client-permissions-stryker-'))
+    const failedAreas: string[] = []
+    try {
+      for (const area of toRun) {
+        if (interrupted) break
+        const configFile = join(configDir, `${area.name}.json`)
+        await writeFile(configFile, JSON.stringify({
+          ...shared,
+          ...(area.concurrency ? { concurrency: area.concurrency } : {}),
+          ...howTestsRun.settings,
+          mutate: area.mutate,
+          tap: { ...howTestsRun.settings.tap, testFiles: area.testFiles.map(howTestsRun.testFile) },
+          jsonReporter: { fileName: reportOf(area) },
+          htmlReporter: { fileName: join('reports', 'mutation', `${area.name}.html`) },
+          ...(incremental ? { incremental, incrementalFile: join('reports', 'mutation', `${area.name}.incremental.json`) } : {})
+        }))
+        console.log(`\n# mutation: ${area.name} (${area.mutate.join(', ')})`)
+        if (await runBin('stryker', ['run', configFile], env) !== 0) failedAreas.push(area.name)
+      }
+    } finally {
+      await rm(configDir, { recursive: true, force: true })
     }
-    byFile.set(file, count)
+    return failedAreas
+  })
+
+  interface Counts { killed: number, survived: number, noCoverage: number, timeout: number, ignored: number, other: number }
+  const counts = (): Counts => ({ killed: 0, survived: 0, noCoverage: 0, timeout: 0, ignored: 0, other: 0 })
+  const byFile = new Map<string, Counts>()
+  for (const area of toRun) {
+    const report = JSON.parse(await readFile(reportOf(area), 'utf8').catch(() => '{"files":{}}')) as { files: Record<string, { mutants: Array<{ status: string }> }> }
+    for (const [file, { mutants }] of Object.entries(report.files)) {
+      const count = byFile.get(file) ?? counts()
+      for (const { status } of mutants) {
+        if (status === 'Killed') count.killed++
+        else if (status === 'Survived') count.survived++
+        else if (status === 'NoCoverage') count.noCoverage++
+        else if (status === 'Timeout') count.timeout++
+        else if (status === 'Ignored') count.ignored++
+        else count.other++
+      }
+      byFile.set(file, count)
+    }
   }
+  // Stryker's score: detected (killed or timed out) of all valid mutants. Not counted: mutants a
+  // `// Stryker disable` comment marks as equivalent (its reason beside them), and runtime errors.
+  const score = ({ killed, timeout, survived, noCoverage }: Counts) => {
+    const valid = killed + timeout + survived + noCoverage
+    return valid === 0 ? 'n/a' : `${(100 * (killed + timeout) / valid).toFixed(1)} %`
+  }
+  const total = counts()
+  console.log('\n| File | Score | Killed | Timeout | Survived | No coverage | Ignored (equivalent) | Runtime errors |\n|---|---|---|---|---|---|---|---|')
+  for (const [file, count] of [...byFile].sort(([a], [b]) => a.localeCompare(b))) {
+    for (const key of Object.keys(total) as Array<keyof Counts>) total[key] += count[key]
+    console.log(`| ${file} | ${score(count)} | ${count.killed} | ${count.timeout} | ${count.survived} | ${count.noCoverage} | ${count.ignored} | ${count.other} |`)
+  }
+  console.log(`| **all** | **${score(total)}** | ${total.killed} | ${total.timeout} | ${total.survived} | ${total.noCoverage} | ${total.ignored} | ${total.other} |`)
+  console.log(`\nWith the ${total.ignored} mutants marked equivalent counted as survivors: ${score({ ...total, survived: total.survived + total.ignored })}`)
+  console.log(`\n${toRun.length} area(s) in ${Math.round((Date.now() - started) / 60_000)} min${failed.length > 0 ? `; Stryker failed in: ${failed.join(', ')}` : ''}`)
+  return failed.length > 0 || interrupted ? 1 : 0
 }
-// Stryker's score: detected (killed or timed out) of all valid mutants. Not counted: mutants a
-// `// Stryker disable` comment marks as equivalent (its reason beside them), and runtime errors.
-const score = ({ killed, timeout, survived, noCoverage }: Counts) => {
-  const valid = killed + timeout + survived + noCoverage
-  return valid === 0 ? 'n/a' : `${(100 * (killed + timeout) / valid).toFixed(1)} %`
-}
-const total = counts()
-console.log('\n| File | Score | Killed | Timeout | Survived | No coverage | Ignored (equivalent) | Runtime errors |\n|---|---|---|---|---|---|---|---|')
-for (const [file, count] of [...byFile].sort(([a], [b]) => a.localeCompare(b))) {
-  for (const key of Object.keys(total) as Array<keyof Counts>) total[key] += count[key]
-  console.log(`| ${file} | ${score(count)} | ${count.killed} | ${count.timeout} | ${count.survived} | ${count.noCoverage} | ${count.ignored} | ${count.other} |`)
-}
-console.log(`| **all** | **${score(total)}** | ${total.killed} | ${total.timeout} | ${total.survived} | ${total.noCoverage} | ${total.ignored} | ${total.other} |`)
-console.log(`\nWith the ${total.ignored} mutants marked equivalent counted as survivors: ${score({ ...total, survived: total.survived + total.ignored })}`)
-console.log(`\n${toRun.length} area(s) in ${Math.round((Date.now() - started) / 60_000)} min${failed.length > 0 ? `; Stryker failed in: ${failed.join(', ')}` : ''}`)
-process.exit(failed.length > 0 || interrupted ? 1 : 0)
+
+if (isEntryPoint(import.meta.url)) process.exit(await main(process.argv.slice(2)))

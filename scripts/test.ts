@@ -1,7 +1,7 @@
 // npm test: runs tap against a real PostgreSQL: TEST_DATABASE_URL when given, else a throwaway
 // embedded cluster made for this run. Arguments pass through to tap (npm test -- test/x.test.ts),
 // so tap judges them; only --help/-h is answered here, before any database is made.
-import { type Command, helpOf } from './command.js'
+import { type Command, helpOf, isEntryPoint } from './command.js'
 import { runWithTestDatabase } from './test-database.js'
 
 const command = {
@@ -11,11 +11,15 @@ const command = {
   options: {}
 } satisfies Command
 
-const args = process.argv.slice(2)
-// After `--` every argument is a file name, even one that looks like -h.
-const options = args.includes('--') ? args.slice(0, args.indexOf('--')) : args
-if (options.includes('--help') || options.includes('-h')) {
-  console.log(helpOf(command))
-  process.exit(0)
+/** Answers --help, or runs tap with the arguments and exits with its code. */
+async function main (args: string[]): Promise<number> {
+  // After `--` every argument is a file name, even one that looks like -h.
+  const options = args.includes('--') ? args.slice(0, args.indexOf('--')) : args
+  if (options.includes('--help') || options.includes('-h')) {
+    console.log(helpOf(command))
+    return 0
+  }
+  return await runWithTestDatabase('tap', args)
 }
-await runWithTestDatabase('tap', args)
+
+if (isEntryPoint(import.meta.url)) process.exitCode = await main(process.argv.slice(2))

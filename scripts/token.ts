@@ -1,5 +1,46 @@
-// npm run -s token [-- --scope SCOPES] [--expires-in SECONDS]: prints only a token
-// (scripts/token-command.ts), so TOKEN=$(npm run -s token) works.
-import { tokenCommand } from './token-command.js'
+// npm run -s token [-- --scope SCOPES] [--expires-in SECONDS]: prints only a token signed with
+// JWT_SECRET (or the local secret `npm start` uses), so TOKEN=$(npm run -s token) works. Without
+// --scope the token carries every scope the API's operations ask for (everyScope, as `npm start`'s
+// demo token), so each of them can be tried. Run as a process (tsx, or node dist/scripts/token.js in
+// the image) it calls tokenCommand; tests import tokenCommand and run it in-process.
+import { type Config, isProduction, loadConfig } from '../src/config.js'
+import { everyScope, signToken, withLocalDefaults } from '../src/local-dev.js'
+import { type Command, type Output, isEntryPoint, processOutput, readCommandLine, usageError } from './command.js'
 
-process.exitCode = await tokenCommand(process.argv.slice(2))
+const command = {
+  usage: 'npm run -s token -- [--scope SCOPES] [--expires-in SECONDS]',
+  about: 'Prints a token signed with JWT_SECRET, or the local secret `npm start` uses, and nothing else:\n' +
+    'TOKEN=$(npm run -s token) works. Without --scope it carries every scope the API\'s operations use.',
+  options: {
+    scope: { type: 'string', value: 'SCOPES', default: everyScope.join(' '), about: 'the scopes it carries, space-separated' },
+    'expires-in': { type: 'string', value: 'SECONDS', default: '3600', about: 'how long it is valid' }
+  }
+} satisfies Command
+
+/** Returns the exit code: 0 printed, 1 nothing to sign with, 2 bad arguments. */
+export async function tokenCommand (args: string[], env: Record<string, string | undefined> = process.env, io: Output = processOutput): Promise<number> {
+  const commandLine = readCommandLine(command, args, io)
+  if (typeof commandLine === 'number') return commandLine
+  const { values } = commandLine
+  const expiresIn = Number(values['expires-in'])
+  if (!/^\d+$/.test(values['expires-in']) || expiresIn <= 0) return usageError(command, '--expires-in must be a positive whole number of seconds', io)
+  if (!values.scope.trim()) return usageError(command, '--scope must name at least one scope', io)
+
+  let config: Config
+  try {
+    const loaded = loadConfig(env)
+    // Under production rules only a configured secret signs: none is generated.
+    config = isProduction(loaded) ? loaded : await withLocalDefaults(loaded)
+  } catch (error) {
+    io.err((error as Error).message)
+    return 1
+  }
+  if (!config.JWT_SECRET) {
+    io.err('npm run token signs with JWT_SECRET (HS256); with JWT_PUBLIC_KEY or JWKS_URL, ask the identity provider for a token.')
+    return 1
+  }
+  io.out(signToken(config, values.scope.trim(), expiresIn))
+  return 0
+}
+
+if (isEntryPoint(import.meta.url)) process.exitCode = await tokenCommand(process.argv.slice(2))

@@ -7,7 +7,7 @@ import { createVerifier } from 'fast-jwt'
 import t from 'tap'
 import { capturedOutput } from '../scripts/command.js'
 import { specAsWritten } from '../scripts/spec.js'
-import { tokenCommand } from '../scripts/token-command.js'
+import { tokenCommand } from '../scripts/token.js'
 import { projectRoot } from '../src/project-root.js'
 import { TEST_SECRET } from './tokens.js'
 

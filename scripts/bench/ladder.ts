@@ -23,7 +23,7 @@ import { freePort } from '../../db/embedded-postgres.js'
 import { loadScale } from './data.js'
 import type { CeilingPages } from './http-ceiling.js'
 import type { ServedStep } from './ladder-server.js'
-import { startAnnouncing, startHttpCeiling, startService, stopProcess } from './processes.js'
+import { type Processes, stopProcess } from './processes.js'
 import { summarizeProfile } from './profile.js'
 
 /** The scenario's name for BENCH_ONLY. */
@@ -197,6 +197,8 @@ async function sameWork (steps: Running[], path: string): Promise<{ checks: Chec
 export interface LadderOptions {
   /** The bench's database, migrated; the scale is loaded on it. */
   db: pg.Pool
+  /** The run's processes: the steps and the HTTP ceiling are started through them. */
+  processes: Processes
   grants: number
   /** The page's path and query string. */
   path: string
@@ -222,7 +224,7 @@ export interface LadderOptions {
 }
 
 export async function measureLadder (options: LadderOptions): Promise<LadderReport> {
-  const { db, grants, path, env, bearer, rounds, seconds, connections, folder, profileTo, baseline, bestSqlTps, log } = options
+  const { db, processes, grants, path, env, bearer, rounds, seconds, connections, folder, profileTo, baseline, bestSqlTps, log } = options
   const started = Date.now()
   await loadScale(db, grants)
   log(`# ${LADDER_SCENARIO}: ${grants} grants loaded in ${((Date.now() - started) / 1000).toFixed(0)} s`)
@@ -245,19 +247,19 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
       const withoutScope = { authorization: secretKeyed ? hs256('delete:resource') : bearer('delete:resource') }
       if (key === 'service') {
         const nodeArgs = profileTo ? ['--cpu-prof', '--cpu-prof-dir', profileFolder] : []
-        const { url, child } = await startService(ladderEnv, { nodeArgs })
+        const { url, child } = await processes.startService(ladderEnv, { nodeArgs })
         steps.push({ key, url, child, headers, withoutScope })
       } else {
         const port = await freePort()
         const keys = secretKeyed ? { JWT_PUBLIC_KEY: undefined, JWT_SECRET: secret } : {}
-        const { child, line } = await startAnnouncing(['--import', 'tsx', 'scripts/bench/ladder-server.ts'],
+        const { child, line } = await processes.startAnnouncing(['--import', 'tsx', 'scripts/bench/ladder-server.ts'],
           { ...ladderEnv, ...keys, LADDER_STEP: key, PORT: String(port) })
         steps.push({ key, url: line, child, headers, withoutScope })
       }
       log(`# ${LADDER_SCENARIO}: ${key} listening`)
     }
     if (baseline) {
-      const { url, child } = await startService(ladderEnv, { root: baseline.root })
+      const { url, child } = await processes.startService(ladderEnv, { root: baseline.root })
       steps.push({ key: 'before', url, child, headers: { authorization: bearer('read:resource') }, withoutScope: { authorization: bearer('delete:resource') } })
       log(`# ${LADDER_SCENARIO}: the service at ${baseline.name} (before) listening`)
     }
@@ -275,7 +277,7 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
     }
     const pagesFile = join(folder, 'ladder-pages.json')
     await writeFile(pagesFile, JSON.stringify(pages))
-    const ceiling = await startHttpCeiling(pagesFile)
+    const ceiling = await processes.startHttpCeiling(pagesFile)
     others.push(ceiling.child)
 
     const contenders: Array<{ key: string, name: string, unit: string, measure: (seconds: number) => Promise<Run> }> = [

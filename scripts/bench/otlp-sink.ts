@@ -7,6 +7,7 @@ import { once } from 'node:events'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { gunzipSync } from 'node:zlib'
+import { isEntryPoint } from '../command.js'
 
 export interface SinkCounts { requests: number, bytes: number, spans: number }
 
@@ -52,31 +53,36 @@ interface OtlpJson { resourceSpans?: Array<{ scopeSpans?: Array<{ spans?: unknow
 const jsonSpans = (body: Buffer) => ((JSON.parse(body.toString('utf8')) as OtlpJson).resourceSpans ?? [])
   .flatMap(({ scopeSpans = [] }) => scopeSpans).reduce((sum, { spans = [] }) => sum + spans.length, 0)
 
-const counts: SinkCounts = { requests: 0, bytes: 0, spans: 0 }
+/** Listens on a free port of 127.0.0.1 until SIGTERM, and prints its URL. */
+async function serve (): Promise<void> {
+  const counts: SinkCounts = { requests: 0, bytes: 0, spans: 0 }
 
-const server = createServer((request, response) => {
-  if (request.method === 'GET' && request.url === '/counts') {
-    response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(counts))
-    return
-  }
-  const chunks: Buffer[] = []
-  request.on('data', (chunk: Buffer) => chunks.push(chunk))
-  request.on('end', () => {
-    if (request.method !== 'POST' || request.url !== '/v1/traces') {
-      response.writeHead(404).end()
+  const server = createServer((request, response) => {
+    if (request.method === 'GET' && request.url === '/counts') {
+      response.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(counts))
       return
     }
-    const received = Buffer.concat(chunks)
-    const body = request.headers['content-encoding'] === 'gzip' ? gunzipSync(received) : received
-    const json = request.headers['content-type']?.startsWith('application/json') === true
-    counts.requests++
-    counts.bytes += received.length
-    counts.spans += json ? jsonSpans(body) : protobufSpans(body)
-    // An empty ExportTraceServiceResponse (everything accepted): no bytes in protobuf, {} in JSON.
-    response.writeHead(200, { 'content-type': json ? 'application/json' : 'application/x-protobuf' }).end(json ? '{}' : '')
+    const chunks: Buffer[] = []
+    request.on('data', (chunk: Buffer) => chunks.push(chunk))
+    request.on('end', () => {
+      if (request.method !== 'POST' || request.url !== '/v1/traces') {
+        response.writeHead(404).end()
+        return
+      }
+      const received = Buffer.concat(chunks)
+      const body = request.headers['content-encoding'] === 'gzip' ? gunzipSync(received) : received
+      const json = request.headers['content-type']?.startsWith('application/json') === true
+      counts.requests++
+      counts.bytes += received.length
+      counts.spans += json ? jsonSpans(body) : protobufSpans(body)
+      // An empty ExportTraceServiceResponse (everything accepted): no bytes in protobuf, {} in JSON.
+      response.writeHead(200, { 'content-type': json ? 'application/json' : 'application/x-protobuf' }).end(json ? '{}' : '')
+    })
   })
-})
-server.listen(0, '127.0.0.1')
-await once(server, 'listening')
-console.log(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)
-process.on('SIGTERM', () => process.exit(0))
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  console.log(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)
+  process.on('SIGTERM', () => process.exit(0))
+}
+
+if (isEntryPoint(import.meta.url)) await serve()

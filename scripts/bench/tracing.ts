@@ -17,7 +17,7 @@ import type pg from 'pg'
 import { loadScale } from './data.js'
 import { median, memoryOf, spread, type Spread } from './ladder.js'
 import type { SinkCounts } from './otlp-sink.js'
-import { startAnnouncing, startService, stopProcess } from './processes.js'
+import { type Processes, stopProcess } from './processes.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const TRACING_SCENARIO = 'tracing'
@@ -86,6 +86,8 @@ export interface TracingReport {
 export interface TracingOptions {
   /** The bench's database, migrated; the scale is loaded on it. */
   db: pg.Pool
+  /** The run's processes: the variants and the sink are started through them. */
+  processes: Processes
   grants: number
   /** The page's path and query string. */
   path: string
@@ -122,7 +124,7 @@ const fixed = (value: number | undefined, digits = 0) => value === undefined || 
 const ratios = (values: number[]) => ({ ...spread(values), values })
 
 export async function measureTracing (options: TracingOptions): Promise<TracingReport> {
-  const { db, grants, path, env, headers, rounds, seconds, connections, baseline, log } = options
+  const { db, processes, grants, path, env, headers, rounds, seconds, connections, baseline, log } = options
   const started = Date.now()
   await loadScale(db, grants)
   log(`# ${TRACING_SCENARIO}: ${grants} grants loaded in ${((Date.now() - started) / 1000).toFixed(0)} s`)
@@ -135,12 +137,12 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
   const variants: Running[] = []
   let sink: ChildProcess | undefined
   try {
-    const announced = await startAnnouncing(['--import', 'tsx', 'scripts/bench/otlp-sink.ts'])
+    const announced = await processes.startAnnouncing(['--import', 'tsx', 'scripts/bench/otlp-sink.ts'])
     sink = announced.child
     const sinkUrl = announced.line
     log(`# ${TRACING_SCENARIO}: OTLP sink listening on ${sinkUrl}`)
     const start = async (key: VariantKey, what: string, extra: Record<string, string>, root?: string) => {
-      const { url, child } = await startService({ ...variantEnv, ...extra }, { root })
+      const { url, child } = await processes.startService({ ...variantEnv, ...extra }, { root })
       variants.push({ key, what, url, child })
       log(`# ${TRACING_SCENARIO}: ${key} listening`)
     }

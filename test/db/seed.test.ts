@@ -1,7 +1,7 @@
 // The database commands as an operator runs them (npm run db:seed -- FILE.json, npm run db:migrate):
 // the real scripts in a child process, against a database of their own; the many ways a seed file
 // is refused, and every command's --help and bad arguments (db:prune-changes's too), run the same
-// commands in-process (scripts/*-command.ts).
+// commands in-process (the functions scripts/db-*.ts export).
 import { execFile } from 'node:child_process'
 import { join } from 'node:path'
 import pg from 'pg'
@@ -10,9 +10,9 @@ import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase, type SeedData } from '../../db/seed.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
 import { capturedOutput, type DatabaseIo } from '../../scripts/command.js'
-import { migrateCommand } from '../../scripts/migrate-command.js'
-import { pruneChangesCommand } from '../../scripts/prune-changes-command.js'
-import { seedCommand } from '../../scripts/seed-command.js'
+import { migrateCommand } from '../../scripts/db-migrate.js'
+import { pruneChangesCommand } from '../../scripts/db-prune-changes.js'
+import { seedCommand } from '../../scripts/db-seed.js'
 import { createTestDatabase } from '../helper.js'
 
 const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
