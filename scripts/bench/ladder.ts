@@ -42,7 +42,7 @@ export const LADDER_STEPS: ReadonlyArray<{ key: StepKey, adds: string }> = [
   { key: 'validated', adds: 'the route\'s path and query schemas, validated as the service does (src/validation.ts)' },
   { key: 'pool', adds: 'plugins/db.ts\'s pool and read() in place of the pg.Pool' },
   { key: 'statement', adds: 'the service\'s statement (listGrantedPermissions) and its 404, in place of the best SQL' },
-  { key: 'auth-hs256', adds: 'plugins/auth.ts: a Bearer token checked, HS256 (verified tokens cached), scope read:resource' },
+  { key: 'auth-hs256', adds: 'plugins/auth/: a Bearer token checked, HS256 (verified tokens cached), scope read:resource' },
   { key: 'auth-rs256', adds: 'the same with RS256 (JWT_PUBLIC_KEY), as the service is benched' },
   { key: 'hooks', adds: 'the request id and X-Request-Id, plugins/pressure.ts, plugins/metrics.ts' },
   { key: 'headers', adds: 'the route itself: ETag, If-None-Match, Link, X-Total-Count' },
