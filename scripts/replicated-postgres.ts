@@ -1,4 +1,4 @@
-// Real PostgreSQL streaming replication, for tests (test/replication.ts wraps it for tap) and for
+// Real PostgreSQL streaming replication, for tests (test/support/replication.ts wraps it for tap) and for
 // `npm run bench`: Debian's PostgreSQL server (CI installs it, .ci/run) runs a primary and a hot
 // standby made from it with `pg_basebackup -R`, each on a free loopback port, in a temporary folder.
 // Replay on the standby can be paused, so a replica's lag is exact rather than a matter of timing.
