@@ -1,6 +1,6 @@
 // Runs a command with TEST_DATABASE_URL set: the given one, or a throwaway embedded cluster made for
 // this run and removed after it. Used by `npm test` (tap) and `npm run mutation` (Stryker).
-// Also sets TEST_TEMPLATE_DATABASE: a database migrated once for the run, which test/support/helper.ts
+// Also sets TEST_TEMPLATE_DATABASE: a database migrated once for the run, which test/support/database.ts
 // copies for each app it builds instead of migrating every one anew; and TEST_DEREFERENCED_SPEC:
 // the spec bundled once for the run (scripts/spec.ts).
 import { spawn } from 'node:child_process'

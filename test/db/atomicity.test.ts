@@ -2,7 +2,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { deleteToken } from '../support/tokens.js'
 
 t.test('the connection of a DELETE is killed after it removed some rows → 503, none removed', async (t) => {

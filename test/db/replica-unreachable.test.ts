@@ -6,7 +6,8 @@ import { createServer, type Socket } from 'node:net'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build, captureLogs } from '../support/helper.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { readToken } from '../support/tokens.js'
 
 const sockets = new Set<Socket>()

@@ -14,7 +14,7 @@ import { ping } from '../../db/queries/statement.js'
 import { loadScale, RESOURCE_ID } from '../../scripts/bench/data.js'
 import { explainPreparedTree, type PlanNode } from '../../scripts/bench/explain.js'
 import { migrationsDir } from '../../src/project-root.js'
-import { createTestDatabase } from '../support/helper.js'
+import { createTestDatabase } from '../support/database.js'
 
 async function migratedPool (t: Test): Promise<pg.Pool> {
   const pool = new pg.Pool({ connectionString: await createTestDatabase(t), max: 4 })

@@ -8,7 +8,7 @@ import pg from 'pg'
 import t from 'tap'
 import { DEMO_SEED_ACTOR, seedDatabase, type SeedData } from '../../db/seed.js'
 import { projectRoot } from '../../src/project-root.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { readToken, token } from '../support/tokens.js'
 
 const demo = (): Required<SeedData> => JSON.parse(readFileSync(join(projectRoot, 'db', 'demo-data.json'), 'utf8'))

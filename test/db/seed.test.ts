@@ -13,7 +13,7 @@ import { capturedOutput, type DatabaseIo } from '../../scripts/command.js'
 import { migrateCommand } from '../../scripts/db-migrate.js'
 import { pruneChangesCommand } from '../../scripts/db-prune-changes.js'
 import { seedCommand } from '../../scripts/db-seed.js'
-import { createTestDatabase } from '../support/helper.js'
+import { createTestDatabase } from '../support/database.js'
 
 const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
 

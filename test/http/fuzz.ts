@@ -4,7 +4,7 @@
 import fc from 'fast-check'
 import type { Test } from 'tap'
 import { fastCheckSeed, ordersFixture } from '../support/fixtures.js'
-import { build, type Harness } from '../support/helper.js'
+import { build, type Harness } from '../support/harness.js'
 
 export const RUNS = 2_800
 

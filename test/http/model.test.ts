@@ -7,7 +7,7 @@ import fc from 'fast-check'
 import pg from 'pg'
 import t from 'tap'
 import { compareListed as compare, fastCheckSeed, ordersFixture, ordersPath, type ListedPermission as Permission, type SortKey } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { postgresServerBin, replicatedPostgres } from '../support/replication.js'
 import { readToken, token } from '../support/tokens.js'
 

@@ -4,7 +4,9 @@ import pg from 'pg'
 import t from 'tap'
 import { migrationsDir } from '../../src/project-root.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build, captureLogs, createTestDatabase } from '../support/helper.js'
+import { createTestDatabase } from '../support/database.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { deleteToken, readToken } from '../support/tokens.js'
 
 const { stream, lines: logs, waitFor } = captureLogs()

@@ -2,7 +2,7 @@ import { request } from 'node:http'
 import { connect } from 'node:net'
 import t from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { deleteToken, readToken } from '../support/tokens.js'
 
 const harness = await build(t)

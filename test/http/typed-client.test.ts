@@ -5,7 +5,7 @@ import createClient from 'openapi-fetch'
 import t from 'tap'
 import type { paths } from '../../src/generated/openapi.js'
 import { ordersFixture } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { token } from '../support/tokens.js'
 
 const harness = await build(t)

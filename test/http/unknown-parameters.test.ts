@@ -3,7 +3,7 @@
 // names each one, with a hint when the operation has a parameter close to it.
 import t, { type Test } from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { readToken } from '../support/tokens.js'
 
 const harness = await build(t)

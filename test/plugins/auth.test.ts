@@ -5,7 +5,7 @@ import t, { type Test } from 'tap'
 import type { ObservedResponse } from '../support/contract.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import auth from '../../plugins/auth/index.js'
-import { build, type Harness } from '../support/helper.js'
+import { build, type Harness } from '../support/harness.js'
 import { craftedToken, ecKeyPair, inOneMinute, now, readToken, rsaKeyPair, TEST_SECRET, token } from '../support/tokens.js'
 
 const harness = await build(t)

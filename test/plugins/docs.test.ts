@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises'
 import t from 'tap'
 import { parse } from 'yaml'
 import { specPath } from '../../src/project-root.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 
 const harness = await build(t)
 

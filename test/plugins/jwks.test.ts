@@ -8,7 +8,8 @@ import { createSigner } from 'fast-jwt'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build, captureLogs } from '../support/helper.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { craftedToken, inOneMinute, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER } from '../support/tokens.js'
 
 interface SigningKey { kid: string, alg: 'RS256' | 'ES256', privateKey: KeyObject, publicKey: KeyObject }

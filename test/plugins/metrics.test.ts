@@ -4,7 +4,9 @@ import t from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import serviceApp from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { build, captureLogs, createTestDatabase } from '../support/helper.js'
+import { createTestDatabase } from '../support/database.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { readToken, TEST_SECRET } from '../support/tokens.js'
 
 t.test('GET /metrics: Prometheus text with route histograms, pool gauges and database errors', async (t) => {

@@ -1,7 +1,7 @@
 // A real event-loop stall in the service's process (the app runs in this test's process).
 import t from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { readToken } from '../support/tokens.js'
 
 // The lag is sampled every 300 ms (1 s by default): a stall of 700 ms is seen by the next sample,

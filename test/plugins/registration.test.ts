@@ -13,7 +13,7 @@ import metrics from '../../plugins/metrics.js'
 import pressure from '../../plugins/pressure.js'
 import serviceApp from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { TEST_SECRET } from '../support/tokens.js'
 
 const plugins = { auth, db, docs, env, lifecycle, metrics, pressure }

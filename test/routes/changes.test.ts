@@ -8,7 +8,8 @@ import t from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
 import { projectRoot } from '../../src/project-root.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build, captureLogs, type Harness } from '../support/helper.js'
+import { build, type Harness } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { readToken, token } from '../support/tokens.js'
 
 const writer = (claims: Record<string, unknown> = { sub: 'alice', client_id: 'console' }) =>

@@ -1,7 +1,7 @@
 // POST: the inverse of DELETE, with the same body rules and the same 404 order.
 import t from 'tap'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { deleteToken, readToken, token } from '../support/tokens.js'
 
 const harness = await build(t)

@@ -4,7 +4,8 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { ordersPath } from '../support/fixtures.js'
-import { build, captureLogs } from '../support/helper.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { readToken } from '../support/tokens.js'
 
 // The loop is blocked as by a long synchronous task, but asleep: a spin would take a core from the

@@ -1,7 +1,7 @@
 import { request } from 'node:http'
 import t from 'tap'
 import { compareListed, ordersFixture, ordersPath, shelfFixture, type SortKey } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { readToken } from '../support/tokens.js'
 
 const harness = await build(t)

@@ -6,7 +6,8 @@ import fc from 'fast-check'
 import t, { type Test } from 'tap'
 import type { ObservedResponse } from '../support/contract.js'
 import { fastCheckSeed, ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build, captureLogs } from '../support/helper.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { deleteToken, readToken, token } from '../support/tokens.js'
 
 const logs = captureLogs()

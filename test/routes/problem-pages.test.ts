@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto'
 import t from 'tap'
 import { problemTypes } from '../../src/problems.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { readToken } from '../support/tokens.js'
 
 const harness = await build(t)

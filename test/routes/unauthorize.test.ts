@@ -1,6 +1,6 @@
 import t from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { deleteToken, readToken } from '../support/tokens.js'
 
 const harness = await build(t)

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { endsWithTest } from '../support/at-exit.js'
-import { createTestDatabase, ownPostgres } from '../support/helper.js'
+import { createTestDatabase, ownPostgres } from '../support/database.js'
 
 t.test('stopped midway', async (t) => {
   const database = new URL(await createTestDatabase(t)).pathname.slice(1)

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
 import { projectRoot } from '../../src/project-root.js'
-import { testDatabaseUrl } from '../support/helper.js'
+import { testDatabaseUrl } from '../support/database.js'
 
 const strykerHook = join(projectRoot, 'node_modules', '@stryker-mutator', 'tap-runner', 'dist', 'src', 'setup', 'hook.cjs')
 

@@ -13,7 +13,7 @@ import { chromium, type Locator, type Page } from 'playwright-core'
 import t from 'tap'
 import { parse } from 'yaml'
 import { projectRoot, specPath } from '../../src/project-root.js'
-import { build } from '../support/helper.js'
+import { build } from '../support/harness.js'
 import { token } from '../support/tokens.js'
 
 const executablePath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'

@@ -16,7 +16,8 @@ import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import { seedDatabase } from '../../db/seed.js'
 import { endsWithTest } from '../support/at-exit.js'
-import { createTestDatabase, serverProcess } from '../support/helper.js'
+import { createTestDatabase } from '../support/database.js'
+import { serverProcess } from '../support/server-process.js'
 import { TEST_SECRET, token } from '../support/tokens.js'
 
 // How long the writers write; the held transaction starts HOLD_AFTER_MS in and stays open 1–3 s.

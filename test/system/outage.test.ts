@@ -5,7 +5,8 @@ import { Writable } from 'node:stream'
 import t from 'tap'
 import { seedDatabase } from '../../db/seed.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { build, ownPostgres } from '../support/helper.js'
+import { ownPostgres } from '../support/database.js'
+import { build } from '../support/harness.js'
 import { deleteToken, readToken } from '../support/tokens.js'
 
 const server = await ownPostgres(t)

@@ -13,7 +13,8 @@ import { freePort, temporaryFolder } from '../../db/embedded-postgres.js'
 import { seedDatabase } from '../../db/seed.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { atExit, endsWithTest } from '../support/at-exit.js'
-import { build, createTestDatabase } from '../support/helper.js'
+import { createTestDatabase } from '../support/database.js'
+import { build } from '../support/harness.js'
 import { deleteToken, readToken } from '../support/tokens.js'
 
 const binary = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((path) => existsSync(path))

@@ -11,7 +11,8 @@ import { seedDatabase } from '../../db/seed.js'
 import { projectRoot, specPath } from '../../src/project-root.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { endsWithTest } from '../support/at-exit.js'
-import { build, ownPostgres } from '../support/helper.js'
+import { ownPostgres } from '../support/database.js'
+import { build } from '../support/harness.js'
 import { deleteToken, readToken, token } from '../support/tokens.js'
 
 // A database of its own, so the scenario can break it (500) and stop it (503).

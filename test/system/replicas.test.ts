@@ -13,7 +13,7 @@ import { seedDatabase } from '../../db/seed.js'
 import app, { serverOptions } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { captureLogs, type CapturedLogs } from '../support/helper.js'
+import { captureLogs, type CapturedLogs } from '../support/logs.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 import { TEST_SECRET, token } from '../support/tokens.js'
 

@@ -7,7 +7,8 @@ import t, { type Test } from 'tap'
 import { serverOptions } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { endsWithTest } from '../support/at-exit.js'
-import { createTestDatabase, serverProcess } from '../support/helper.js'
+import { createTestDatabase } from '../support/database.js'
+import { serverProcess } from '../support/server-process.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from '../support/tokens.js'
 
 interface StartOptions {

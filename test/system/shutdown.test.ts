@@ -8,7 +8,9 @@ import t from 'tap'
 import { seedDatabase } from '../../db/seed.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { endsWithTest } from '../support/at-exit.js'
-import { build, createTestDatabase, serverProcess } from '../support/helper.js'
+import { createTestDatabase } from '../support/database.js'
+import { build } from '../support/harness.js'
+import { serverProcess } from '../support/server-process.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, readToken, TEST_SECRET, token as tokenWith } from '../support/tokens.js'
 
 t.test('draining: /readyz → 503 shutting-down while liveness and the API still answer', async (t) => {
