@@ -1,8 +1,8 @@
 // Real PostgreSQL streaming replication for tests: the primary and hot standby of
-// scripts/replicated-postgres.ts (Debian's PostgreSQL, which CI installs), stopped and removed when
+// db/replicated-postgres.ts (Debian's PostgreSQL, which CI installs), stopped and removed when
 // the test ends, or when the process exits without its teardown (test/support/at-exit.ts).
 import type { Test } from 'tap'
-import { NO_POSTGRES_SERVER, postgresServerBin, startReplicatedPostgres, type Replicated } from '../../scripts/replicated-postgres.js'
+import { NO_POSTGRES_SERVER, postgresServerBin, startReplicatedPostgres, type Replicated } from '../../db/replicated-postgres.js'
 import { atExit } from './at-exit.js'
 
 export { postgresServerBin, type Replicated }

@@ -9,7 +9,7 @@ import { appendFile, chown, mkdir, readFile, rm, writeFile } from 'node:fs/promi
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { freePort, temporaryFolder } from '../db/embedded-postgres.js'
+import { freePort, temporaryFolder } from './embedded-postgres.js'
 
 const DEBIAN_ROOT = '/usr/lib/postgresql'
 const PROGRAMS = ['initdb', 'pg_ctl', 'postgres', 'pg_basebackup']
@@ -267,7 +267,7 @@ function serverUser (): { uid: number, gid: number } | undefined {
 }
 
 function settings (values: Record<string, string | number>): string {
-  return '\n# scripts/replicated-postgres.ts\n' + Object.entries(values).map(([name, value]) => `${name} = '${value}'\n`).join('')
+  return '\n# db/replicated-postgres.ts\n' + Object.entries(values).map(([name, value]) => `${name} = '${value}'\n`).join('')
 }
 
 /** The last lines of a server's log, for an error that says why. */
