@@ -20,10 +20,10 @@ import { readdir, readFile } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import pg from 'pg'
+import { loadScale } from '../../db/bench-data.js'
 import { migrateDatabase } from '../../db/migrate.js'
-import { migrationsDir } from '../../src/project-root.js'
 import { NO_POSTGRES_SERVER, postgresServerBin, startReplicatedPostgres, type Ending } from '../../db/replicated-postgres.js'
-import { loadScale } from './data.js'
+import { migrationsDir } from '../../src/project-root.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const REPLICA_SCENARIO = 'replica routing'
