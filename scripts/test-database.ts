@@ -2,7 +2,7 @@
 // this run and removed after it. Used by `npm test` (tap) and `npm run mutation` (Stryker).
 // Also sets TEST_TEMPLATE_DATABASE: a database migrated once for the run, which test/support/database.ts
 // copies for each app it builds instead of migrating every one anew; and TEST_DEREFERENCED_SPEC:
-// the spec bundled once for the run (scripts/spec.ts).
+// the spec bundled once for the run (src/spec.ts).
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
@@ -14,7 +14,7 @@ import { databaseUrlOf, onServer } from '../db/databases.js'
 import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
-import { dereferencedSpec } from './spec.js'
+import { dereferencedSpec } from '../src/spec.js'
 
 /** A database on the server with every migration applied, and no connection left open to it. */
 async function migratedTemplate (serverUrl: string): Promise<string> {

@@ -5,8 +5,8 @@ import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
 import type { SeedData } from '../db/seed.js'
-import { dereferencedSpecOfRun } from '../scripts/spec.js'
 import { projectRoot } from '../src/project-root.js'
+import { dereferencedSpecOfRun } from '../src/spec.js'
 import { pointerEscape, schemaErrors } from './support/contract.js'
 
 type Node = Record<string, unknown>

@@ -6,9 +6,9 @@ import { promisify } from 'node:util'
 import { createVerifier } from 'fast-jwt'
 import t from 'tap'
 import { capturedOutput } from '../../scripts/command.js'
-import { specAsWritten } from '../../scripts/spec.js'
 import { tokenCommand } from '../../scripts/token.js'
 import { projectRoot } from '../../src/project-root.js'
+import { specAsWritten } from '../../src/spec.js'
 import { TEST_SECRET } from '../support/tokens.js'
 
 const run = promisify(execFile)

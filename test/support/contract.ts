@@ -3,7 +3,7 @@
 // and every error is a problem whose status repeats the HTTP status.
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import addFormats from 'ajv-formats'
-import { dereferencedSpecOfRun } from '../../scripts/spec.js'
+import { dereferencedSpecOfRun } from '../../src/spec.js'
 
 type Schema = Record<string, unknown>
 interface MediaType { schema?: Schema }

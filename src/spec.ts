@@ -1,10 +1,11 @@
 // The contract as data, for the generator and the tests: openapi/openapi.yaml as written, and the
 // same document with every $ref resolved by @redocly/openapi-core's bundler (the library behind
-// `npm run lint:spec`), so nothing here follows references by hand.
+// `npm run lint:spec`), so nothing here follows references by hand. Never loaded by the service,
+// which serves openapi/openapi.json: yaml and the bundler are dev dependencies.
 import { readFile } from 'node:fs/promises'
 import { parse } from 'yaml'
-import { specPath } from '../src/project-root.js'
-import type { JsonObject } from './generate/operations.js'
+import { specPath } from './project-root.js'
+import type { JsonObject } from './operations.js'
 
 /** openapi/openapi.yaml parsed, references left as they are. */
 export async function specAsWritten (): Promise<JsonObject> {

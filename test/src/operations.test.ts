@@ -1,8 +1,9 @@
-// scripts/generate's reading of `security`: a route is public only when the spec says so.
+// src/operations.ts (what `npm run generate` writes to src/generated/) reads `security`: a route is
+// public only when the spec says so.
 import t from 'tap'
-import { buildOperations, type Json, type JsonObject } from '../../scripts/generate/operations.js'
-import { dereferencedSpecOfRun } from '../../scripts/spec.js'
 import { operations } from '../../src/generated/operations.js'
+import { buildOperations, type Json, type JsonObject } from '../../src/operations.js'
+import { dereferencedSpecOfRun } from '../../src/spec.js'
 
 const answer = { responses: { 200: { description: 'ok' } } }
 const documentWith = (operation: JsonObject, document: JsonObject = {}): JsonObject =>

@@ -1,6 +1,8 @@
 // What Fastify needs of each operation of the spec: its method and URL, the JSON schemas it
 // validates and serializes with, the route config the auth hook enforces (scopes, or public), and
-// the statuses it may answer. Pure, so a test can feed it any (dereferenced) document.
+// the statuses it may answer. Pure, so a test can feed it any (dereferenced) document. Run by
+// `npm run generate`, which writes the result to src/generated/operations.ts; the service reads
+// that file, never this one.
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json }
 export type JsonObject = { [key: string]: Json }
 
@@ -11,7 +13,7 @@ function isObject (value: unknown): value is JsonObject {
 }
 
 // Drops OpenAPI-only keywords that JSON Schema validators do not know, so every schema handed to
-// Fastify is plain JSON Schema. The document comes dereferenced (scripts/spec.ts).
+// Fastify is plain JSON Schema. The document comes dereferenced (src/spec.ts).
 function withoutExamples (value: Json): Json {
   if (Array.isArray(value)) return value.map(withoutExamples)
   if (!isObject(value)) return value
