@@ -1,22 +1,25 @@
 // `npm run -s token` as people use it: TOKEN=$(npm run -s token) must capture a token and nothing else.
-// The first case runs the real script in a process; the others run its command in-process.
+// Each case runs the real script in a process. Its -h and an unknown option, as every command's:
+// commands.test.ts.
 import { execFile } from 'node:child_process'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { createVerifier } from 'fast-jwt'
 import t from 'tap'
-import { capturedOutput } from '../../scripts/command.js'
-import { tokenCommand } from '../../scripts/token.js'
 import { projectRoot } from '../../src/project-root.js'
 import { specAsWritten } from '../../src/spec.js'
 import { TEST_SECRET } from '../support/tokens.js'
 
 const run = promisify(execFile)
-const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
 
-async function tokenProcess (args: string[], env: Record<string, string> = {}) {
+/**
+ * scripts/token.ts in a process of its own, with JWT_SECRET unless `env` says otherwise. `node
+ * --import tsx`, as the system tests start the server: one process, where tsx's CLI is two.
+ */
+async function token (args: string[], env: Record<string, string> = {}) {
   try {
-    const { stdout, stderr } = await run(tsx, [join(projectRoot, 'scripts', 'token.ts'), ...args], {
+    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', join(projectRoot, 'scripts', 'token.ts'), ...args], {
+      cwd: projectRoot,
       env: { PATH: process.env.PATH, JWT_SECRET: TEST_SECRET, ...env }
     })
     return { code: 0, stdout, stderr }
@@ -26,14 +29,8 @@ async function tokenProcess (args: string[], env: Record<string, string> = {}) {
   }
 }
 
-async function token (args: string[], env: Record<string, string> = {}) {
-  const output = capturedOutput()
-  const code = await tokenCommand(args, { JWT_SECRET: TEST_SECRET, ...env }, output)
-  return { code, stdout: output.stdout(), stderr: output.stderr() }
-}
-
 t.test('prints only a token: one line, verifiable, with the scope and lifetime asked for', async (t) => {
-  const { code, stdout, stderr } = await tokenProcess(['--scope', 'read:resource', '--expires-in', '120'], { JWT_ISSUER: 'https://idp/', JWT_AUDIENCE: 'api, other' })
+  const { code, stdout, stderr } = await token(['--scope', 'read:resource', '--expires-in', '120'], { JWT_ISSUER: 'https://idp/', JWT_AUDIENCE: 'api, other' })
   t.equal(code, 0)
   t.equal(stderr, '')
   t.match(stdout, /^[\w-]+\.[\w-]+\.[\w-]+\n$/)
@@ -54,33 +51,30 @@ t.test('without --scope the token carries every scope the spec\'s operations ask
   t.equal(claims.scope.split(' ').length, specScopes.size, 'each scope once')
 })
 
-t.test('--help and -h print the usage and the options, and sign nothing', async (t) => {
-  for (const flag of ['--help', '-h']) {
-    // No secret at all: signing would have to make one, or fail.
-    const help = await token([flag], { JWT_SECRET: '', JWKS_URL: 'https://idp.example/jwks.json' })
-    t.equal(help.code, 0, flag)
-    t.equal(help.stderr, '', flag)
-    t.match(help.stdout, /^usage: npm run -s token -- \[--scope SCOPES\] \[--expires-in SECONDS\]\n/, flag)
-    t.match(help.stdout, /\n {2}--scope SCOPES +the scopes it carries, space-separated \(default: [^)]*create:resource[^)]*\)\n/, flag)
-    t.match(help.stdout, /\n {2}--expires-in SECONDS +how long it is valid \(default: 3600\)\n/, flag)
-    t.match(help.stdout, /\n {2}-h, --help +print this help and exit\n$/, flag)
-    t.notMatch(help.stdout, /[\w-]+\.[\w-]+\.[\w-]+\n/, `${flag}: no token`)
-  }
+t.test('--help prints the usage and the options with their defaults, and signs nothing', async (t) => {
+  // No secret at all: signing would have to make one, or fail.
+  const { code, stdout, stderr } = await token(['--help'], { JWT_SECRET: '', JWKS_URL: 'https://idp.example/jwks.json' })
+  t.equal(code, 0)
+  t.equal(stderr, '')
+  t.match(stdout, /^usage: npm run -s token -- \[--scope SCOPES\] \[--expires-in SECONDS\]\n/)
+  t.match(stdout, /\n {2}--scope SCOPES +the scopes it carries, space-separated \(default: [^)]*create:resource[^)]*\)\n/)
+  t.match(stdout, /\n {2}--expires-in SECONDS +how long it is valid \(default: 3600\)\n/)
+  t.match(stdout, /\n {2}-h, --help +print this help and exit\n$/)
+  t.notMatch(stdout, /[\w-]+\.[\w-]+\.[\w-]+\n/, 'no token')
 })
 
 t.test('bad arguments get one line on stderr, ending with the usage, and exit 2', async (t) => {
   const usage = ' (usage: npm run -s token -- [--scope SCOPES] [--expires-in SECONDS])'
-  for (const [args, problem] of [
-    [['--bogus'], "Unknown option '--bogus'"],
-    [['-x'], "Unknown option '-x'"],
+  const cases = [
     [['read:resource'], "Unexpected argument 'read:resource'"],
-    [['--scope'], "Option '--scope <value>' argument missing"],
     [['--expires-in', 'abc'], '--expires-in must be a positive whole number of seconds'],
-    [['--expires-in=-5'], '--expires-in must be a positive whole number of seconds'],
     [['--expires-in', '0'], '--expires-in must be a positive whole number of seconds'],
     [['--scope', ' '], '--scope must name at least one scope']
-  ] as Array<[string[], string]>) {
-    const { code, stdout, stderr } = await token(args)
+  ] as Array<[string[], string]>
+  // One process each, all at once.
+  const runs = await Promise.all(cases.map(([args]) => token(args)))
+  for (const [index, [args, problem]] of cases.entries()) {
+    const { code, stdout, stderr } = runs[index]
     t.equal(code, 2, args.join(' '))
     t.equal(stdout, '', args.join(' '))
     t.ok(stderr.startsWith(problem), `${args.join(' ')}: ${stderr}`)
