@@ -11,10 +11,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import { createSigner } from 'fast-jwt'
 import pg from 'pg'
+import { loadScale, RESOURCE_ID, SMALL_CLIENT } from '../db/bench-data.js'
 import { freePort, startThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
-import { loadScale, RESOURCE_ID, SMALL_CLIENT } from './bench/data.js'
 import { type Command, isEntryPoint, openingComment, readCommandLine } from './command.js'
 
 const CONNECTIONS = 50

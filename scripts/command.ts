@@ -1,8 +1,8 @@
-// What the npm scripts' commands say, and where: a process writes to stdout and stderr, a test
-// runs the same command in-process and keeps the lines. Every command reads its arguments the same
-// way (readCommandLine): --help/-h prints its help and exits 0 before any work, and an argument it
-// does not know is one line on stderr and exit 2. A command's file does its work in a function it
-// calls only when it is the file the process runs (isEntryPoint), so importing it starts nothing.
+// What the npm scripts' commands say, and where: stdout and stderr, through an Output. Every
+// command reads its arguments the same way (readCommandLine): --help/-h prints its help and exits 0
+// before any work, and an argument it does not know is one line on stderr and exit 2. A command's
+// file does its work in a function it calls only when it is the file the process runs
+// (isEntryPoint), so importing it starts nothing.
 import { realpathSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
 import { resolve } from 'node:path'
@@ -21,18 +21,6 @@ export interface DatabaseIo extends Output {
 }
 
 export const processOutput: Output = { out: (line) => console.log(line), err: (line) => console.error(line) }
-
-/** An Output that keeps the lines, as the process would have written them. */
-export function capturedOutput (): Output & { stdout: () => string, stderr: () => string } {
-  const stdout: string[] = []
-  const stderr: string[] = []
-  return {
-    out: (line) => stdout.push(`${line}\n`),
-    err: (line) => stderr.push(`${line}\n`),
-    stdout: () => stdout.join(''),
-    stderr: () => stderr.join('')
-  }
-}
 
 /** An option as parseArgs takes it, with its line in the help. */
 export type CommandOption = NonNullable<ParseArgsConfig['options']>[string] & {
@@ -120,8 +108,8 @@ export async function openingComment (file: URL): Promise<string> {
 
 /**
  * Whether the module at `moduleUrl` (its import.meta.url) is the file this process runs (`tsx
- * scripts/token.ts`, `node dist/scripts/token.js`) rather than a module a test or another script
- * imports: a command calls its main only then, so a test can import it and --help starts nothing.
+ * scripts/token.ts`, `node dist/scripts/token.js`) rather than a module another script imports: a
+ * command calls its main only then, so importing it starts nothing.
  */
 export function isEntryPoint (moduleUrl: string): boolean {
   const entry = process.argv[1]

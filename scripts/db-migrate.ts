@@ -1,6 +1,5 @@
 // npm run db:migrate: applies pending migrations to DATABASE_URL, or to the local embedded database,
-// and says which, or that there were none. Run as a process it calls migrateCommand; tests import
-// migrateCommand and run it in-process too.
+// and says which, or that there were none. Run as a process it calls migrateCommand.
 import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir } from '../src/project-root.js'

@@ -2,7 +2,7 @@
 // DAYS days ago (retention: README), on DATABASE_URL or the local embedded database: the only way
 // history is deleted, as the database refuses any other DELETE of it (migration 0006, pruneChanges).
 // Run it from a scheduler (a Kubernetes CronJob, cron); the service never deletes history by itself.
-// Run as a process it calls pruneChangesCommand; tests import it and run it in-process too.
+// Run as a process it calls pruneChangesCommand.
 import pg from 'pg'
 import { pruneChanges } from '../db/queries/history.js'
 import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from './command.js'

@@ -1,7 +1,6 @@
 // npm run db:seed -- FILE.json: applies pending migrations, then loads FILE.json in one transaction
 // into DATABASE_URL, or into the local embedded database; a file that is not valid loads nothing and
-// touches no database. Run as a process it calls seedCommand; tests import seedCommand and run
-// every refusal in-process.
+// touches no database. Run as a process it calls seedCommand.
 import { readFile } from 'node:fs/promises'
 import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'

@@ -1,17 +1,17 @@
 // npm run -s db:explain [-- GRANTS]: the plans of the service's statements on a large data set.
 // Builds a throwaway embedded cluster (or uses DATABASE_URL, which it fills: use an empty database),
 // generates GRANTS grants (default 1,000,000) inside PostgreSQL with generate_series — the same
-// data as npm run bench (scripts/bench/data.ts) — and prints EXPLAIN (ANALYZE, BUFFERS) of each
+// data as npm run bench (db/bench-data.ts) — and prints EXPLAIN (ANALYZE, BUFFERS) of each
 // statement as the service runs it (prepared, generic plan).
 import pg from 'pg'
+import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT } from '../db/bench-data.js'
 import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
+import { explainPrepared } from '../db/explain.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir } from '../src/project-root.js'
 import { unauthorizeSql } from '../db/queries/change.js'
 import { listGrantedPermissionsSql } from '../db/queries/list.js'
 import { parseSortBy } from '../db/queries/sort.js'
-import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT } from './bench/data.js'
-import { explainPrepared } from './bench/explain.js'
 import { type Command, isEntryPoint, readCommandLine, usageError } from './command.js'
 
 const command = {

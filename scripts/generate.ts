@@ -1,14 +1,14 @@
 // Writes from openapi/openapi.yaml: src/generated/ (TypeScript types by openapi-typescript and, per
-// operation, what Fastify needs: scripts/generate/operations.ts) and openapi/openapi.json, the
+// operation, what Fastify needs: src/operations.ts) and openapi/openapi.json, the
 // document the service serves (so it needs no YAML parser at run time). `--check` writes nothing
 // and exits 1 when the committed files differ from the spec.
 import { readFile, writeFile } from 'node:fs/promises'
 import { join, relative } from 'node:path'
 import openapiTS, { astToString } from 'openapi-typescript'
+import { buildOperations } from '../src/operations.js'
 import { projectRoot, specJsonPath } from '../src/project-root.js'
+import { dereferencedSpec, specAsWritten } from '../src/spec.js'
 import { type Command, isEntryPoint, readCommandLine } from './command.js'
-import { buildOperations } from './generate/operations.js'
-import { dereferencedSpec, specAsWritten } from './spec.js'
 
 const command = {
   usage: 'npm run -s generate [-- --check]',

@@ -24,24 +24,24 @@ const areas: Area[] = [
     mutate: ['src/problems.ts', 'src/error-handler.ts', 'src/validation.ts', 'src/json-body.ts'],
     // The routes' files before problems.test: most of the body parser's mutants are killed by
     // unauthorize.test, and many of the validators' by list.test.
-    testFiles: ['test/validation.test.ts', 'test/problem-catalogue.test.ts', 'test/problem-details.test.ts', 'test/routes/unauthorize.test.ts',
-      'test/routes/list.test.ts', 'test/problems.test.ts', 'test/routes/grant.test.ts']
+    testFiles: ['test/src/validation.test.ts', 'test/src/problem-catalogue.test.ts', 'test/src/problem-details.test.ts', 'test/routes/unauthorize.test.ts',
+      'test/routes/list.test.ts', 'test/http/problems.test.ts', 'test/routes/grant.test.ts']
   },
   {
     name: 'routes',
-    mutate: ['src/routes/permissions/**/*.ts', 'db/queries/**/*.ts', '!src/routes/permissions/links.ts', '!src/routes/permissions/changes.ts',
+    mutate: ['src/routes/permissions/**/*.ts', 'db/queries/**/*.ts', '!src/routes/permissions/changes.ts',
       '!db/queries/history.ts'],
-    // Not test/model.test.ts: in the run of 2026-11-24 it ran for 32 mutants the suites before it
+    // Not test/http/model.test.ts: in the run of 2026-11-24 it ran for 32 mutants the suites before it
     // left alive and killed none of them, at 13 s a run.
     testFiles: ['test/routes/grant.test.ts', 'test/routes/preconditions.test.ts', 'test/routes/list.test.ts', 'test/routes/changes.test.ts',
-      'test/routes/unauthorize.test.ts', 'test/routes/permissions/actor.test.ts', 'test/atomicity.test.ts', 'test/db/schema.test.ts']
+      'test/routes/unauthorize.test.ts', 'test/routes/permissions/actor.test.ts', 'test/db/atomicity.test.ts', 'test/db/schema.test.ts']
   },
   // Two parts of the routes whose mutants only one file kills, run with that file first: each of
   // their mutants used to run three or four files before it (2026-11-25: 43 killed by list.test,
   // 58 by changes.test). The files after it are the routes' that cover them.
   {
     name: 'links',
-    mutate: ['src/routes/permissions/links.ts'],
+    mutate: ['src/routes/links.ts'],
     testFiles: ['test/routes/list.test.ts', 'test/routes/grant.test.ts', 'test/routes/unauthorize.test.ts', 'test/routes/preconditions.test.ts',
       'test/routes/changes.test.ts']
   },
@@ -54,22 +54,22 @@ const areas: Area[] = [
   {
     name: 'auth',
     mutate: ['plugins/auth/**/*.ts'],
-    testFiles: ['test/plugins/auth.test.ts', 'test/plugins/jwks.test.ts', 'test/plugins/registration.test.ts', 'test/config.test.ts']
+    testFiles: ['test/plugins/auth.test.ts', 'test/plugins/jwks.test.ts', 'test/plugins/registration.test.ts', 'test/src/config.test.ts']
   },
   {
     name: 'config',
     mutate: ['src/config.ts', 'plugins/env.ts'],
-    testFiles: ['test/config.test.ts', 'test/plugins/auth.test.ts']
+    testFiles: ['test/src/config.test.ts', 'test/plugins/auth.test.ts']
   },
   {
     name: 'runtime',
     mutate: ['src/routes/health.ts', 'src/request-id.ts', 'plugins/db.ts', 'plugins/pressure.ts', 'plugins/lifecycle.ts', 'plugins/docs.ts',
       'plugins/metrics.ts', 'db/errors.ts', 'db/pool.ts'],
-    // test/pgbouncer.test.ts covers the start behind a transaction pooler (plugins/db.ts); it is
+    // test/system/pgbouncer.test.ts covers the start behind a transaction pooler (plugins/db.ts); it is
     // skipped where pgbouncer is not installed, and those mutants then count as not covered.
     // registration.test first: under a second, and it kills what breaks a plugin's registration.
-    testFiles: ['test/plugins/registration.test.ts', 'test/db/pool.test.ts', 'test/metrics.test.ts', 'test/observability.test.ts', 'test/docs.test.ts',
-      'test/pgbouncer.test.ts', 'test/pressure.test.ts', 'test/shutdown.test.ts', 'test/overload.test.ts', 'test/outage.test.ts'],
+    testFiles: ['test/plugins/registration.test.ts', 'test/db/pool.test.ts', 'test/plugins/metrics.test.ts', 'test/http/observability.test.ts', 'test/plugins/docs.test.ts',
+      'test/system/pgbouncer.test.ts', 'test/plugins/pressure.test.ts', 'test/system/shutdown.test.ts', 'test/db/overload.test.ts', 'test/system/outage.test.ts'],
     // These files mostly wait (timeouts, a stopped database, a stalled loop): at the shared 4 the
     // two cores were idle a fifth of the time.
     concurrency: 6

@@ -1,8 +1,8 @@
 // Runs a command with TEST_DATABASE_URL set: the given one, or a throwaway embedded cluster made for
 // this run and removed after it. Used by `npm test` (tap) and `npm run mutation` (Stryker).
-// Also sets TEST_TEMPLATE_DATABASE: a database migrated once for the run, which test/helper.ts
+// Also sets TEST_TEMPLATE_DATABASE: a database migrated once for the run, which test/support/database.ts
 // copies for each app it builds instead of migrating every one anew; and TEST_DEREFERENCED_SPEC:
-// the spec bundled once for the run (scripts/spec.ts).
+// the spec bundled once for the run (src/spec.ts).
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
@@ -10,28 +10,11 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
+import { databaseUrlOf, onServer } from '../db/databases.js'
 import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
-import { dereferencedSpec } from './spec.js'
-
-/** Runs one statement (CREATE or DROP DATABASE) on its own connection to the server. */
-export async function onServer (serverUrl: string, sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: serverUrl })
-  await client.connect()
-  try {
-    await client.query(sql)
-  } finally {
-    await client.end()
-  }
-}
-
-/** The URL of database `name` on the server at `serverUrl`. */
-export function databaseUrlOf (serverUrl: string, name: string): string {
-  const url = new URL(serverUrl)
-  url.pathname = `/${name}`
-  return url.toString()
-}
+import { dereferencedSpec } from '../src/spec.js'
 
 /** A database on the server with every migration applied, and no connection left open to it. */
 async function migratedTemplate (serverUrl: string): Promise<string> {

@@ -2,7 +2,7 @@
 // JWT_SECRET (or the local secret `npm start` uses), so TOKEN=$(npm run -s token) works. Without
 // --scope the token carries every scope the API's operations ask for (everyScope, as `npm start`'s
 // demo token), so each of them can be tried. Run as a process (tsx, or node dist/scripts/token.js in
-// the image) it calls tokenCommand; tests import tokenCommand and run it in-process.
+// the image) it calls tokenCommand.
 import { type Config, isProduction, loadConfig } from '../src/config.js'
 import { everyScope, signToken, withLocalDefaults } from '../src/local-dev.js'
 import { type Command, type Output, isEntryPoint, processOutput, readCommandLine, usageError } from './command.js'

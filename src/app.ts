@@ -1,5 +1,5 @@
 // The application as a plugin: cross-cutting plugins first, then routes, then error handling.
-// Only src/serve.ts listens (started by src/server.ts); tests register this same plugin (test/helper.ts).
+// Only src/serve.ts listens (started by src/server.ts); tests register this same plugin (test/support/harness.ts).
 import type { Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'

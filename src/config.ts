@@ -113,7 +113,7 @@ const KEY_SOURCES = ['JWKS_URL', 'JWT_PUBLIC_KEY', 'JWT_SECRET'] as const
 
 // HS256 secrets that have been written in this repository (a compose default, CI and test
 // fixtures, now all gone or made at run time): anyone who has read it can sign tokens with them,
-// so production refuses them. test/config.test.ts fails when the repository names one not listed.
+// so production refuses them. test/src/config.test.ts fails when the repository names one not listed.
 export const PUBLISHED_SECRETS: ReadonlySet<string> = new Set([
   'compose-local-only-secret-change-me-0123456789',
   'runtime-check-secret-0123456789abcdef',

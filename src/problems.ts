@@ -1,6 +1,6 @@
 // RFC 9457 problem details: the catalogue of the problem types this service sends (each one's title,
 // status, when it happens and what to do: the spec's table in the Problem schema says the same,
-// test/problem-catalogue.test.ts keeps the two in step, and GET /problems/{name} serves each entry),
+// test/src/problem-catalogue.test.ts keeps the two in step, and GET /problems/{name} serves each entry),
 // and the Problem errors made of them. src/error-handler.ts turns every error into one.
 import { STATUS_CODES } from 'node:http'
 

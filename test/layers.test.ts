@@ -5,7 +5,8 @@
 //   src/ leaf modules           problems, config, validation, … (no Fastify instance)
 //   db/                         the query module, migrations, the pool: nothing of the app
 // scripts/ and test/ sit on top and may import any of them, except a route module: what a script
-// needs of one (sort keys, say) belongs further down.
+// needs of one (sort keys, say) belongs further down. And a test imports nothing of scripts/: what
+// it needs of a script belongs further down too (db/, src/), and a command is tested as a process.
 import { readdir, readFile } from 'node:fs/promises'
 import { dirname, join, normalize, relative } from 'node:path'
 import t from 'tap'
@@ -53,6 +54,7 @@ t.test('no module imports from a layer above its own', async (t) => {
       const [from, to] = [layerOf(file), layerOf(imported)]
       if (to > from) t.fail(`${file} (${layers[from][0]}) imports ${imported} (${layers[to][0]})`)
       if (imported.startsWith('src/routes/') && !file.startsWith('src/') && !stacksTheApp.includes(file)) t.fail(`${file} imports the route module ${imported}`)
+      if (file.startsWith('test/') && imported.startsWith('scripts/')) t.fail(`${file} imports ${imported}: a test imports nothing of scripts/`)
     }
   }
   t.ok(edges > 100, `${edges} imports checked`)

@@ -5,9 +5,9 @@ import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
 import type { SeedData } from '../db/seed.js'
-import { dereferencedSpecOfRun } from '../scripts/spec.js'
 import { projectRoot } from '../src/project-root.js'
-import { pointerEscape, schemaErrors } from './contract.js'
+import { dereferencedSpecOfRun } from '../src/spec.js'
+import { pointerEscape, schemaErrors } from './support/contract.js'
 
 type Node = Record<string, unknown>
 // Every $ref resolved: an example is checked against the schema at its own place in the document.

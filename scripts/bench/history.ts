@@ -1,6 +1,6 @@
 // The history scenario of the bench's table, at its largest scale, after the write scenarios: the
 // newest page of the change history of a client they changed.
-import { RESOURCE_ID } from './data.js'
+import { RESOURCE_ID } from '../../db/bench-data.js'
 import { load } from './measure.js'
 import type { TableRun } from './table.js'
 

@@ -15,8 +15,8 @@
 import { Agent, request as httpRequest } from 'node:http'
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { BIG_CLIENT, RESOURCE_ID, type Scale } from '../../db/bench-data.js'
 import { loadConfig } from '../../src/config.js'
-import { BIG_CLIENT, RESOURCE_ID, type Scale } from './data.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const OVERLOAD_SCENARIO = 'overload'

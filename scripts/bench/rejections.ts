@@ -1,6 +1,6 @@
 // The rejection scenarios of the bench's table, at its largest scale: the list asked for without a
 // token (401) and without the scope (403), beside the HTTP ceiling's problem+json of the same size.
-import { SMALL_CLIENT } from './data.js'
+import { SMALL_CLIENT } from '../../db/bench-data.js'
 import { listPath } from './list.js'
 import { load } from './measure.js'
 import type { TableRun } from './table.js'

@@ -1,5 +1,5 @@
 // The replica scenario of `npm run bench` (issue 28): what routing reads costs. A primary and a
-// streaming replica (scripts/replicated-postgres.ts, Debian's PostgreSQL) hold the bench's data;
+// streaming replica (db/replicated-postgres.ts, Debian's PostgreSQL) hold the bench's data;
 // page 0 of the 1,000-grant client is measured, round after round, in each variant:
 //   (0) optional: another revision's build (BENCH_REPLICA_BASELINE), no replica: the code before
 //   (a) the service with no replica configured, on the primary
@@ -20,10 +20,10 @@ import { readdir, readFile } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import pg from 'pg'
+import { loadScale } from '../../db/bench-data.js'
 import { migrateDatabase } from '../../db/migrate.js'
+import { NO_POSTGRES_SERVER, postgresServerBin, startReplicatedPostgres, type Ending } from '../../db/replicated-postgres.js'
 import { migrationsDir } from '../../src/project-root.js'
-import { NO_POSTGRES_SERVER, postgresServerBin, startReplicatedPostgres, type Ending } from '../replicated-postgres.js'
-import { loadScale } from './data.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const REPLICA_SCENARIO = 'replica routing'

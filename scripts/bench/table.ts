@@ -2,8 +2,8 @@
 // database with our SQL and with the best SQL, and both together), printed as each row is measured
 // and again as markdown at the end. The table's scenarios (list.ts, writes.ts, history.ts,
 // rejections.ts) run at one scale with a TableRun and record their rows through it.
+import type { Scale } from '../../db/bench-data.js'
 import type { Bench } from './context.js'
-import type { Scale } from './data.js'
 import type { Run } from './measure.js'
 
 export interface Row {

@@ -2,9 +2,9 @@
 // ids a filler client holds (a new client and batch every request, so each removes grants that
 // exist), then POST giving them back in the same order; beside the HTTP ceiling and pgbench running
 // the service's unauthorize statement and the plainest DELETE, each in a transaction rolled back.
+import { fillerPermissionId, grantFillers, RESOURCE_ID } from '../../db/bench-data.js'
 import { unauthorizeSql } from '../../db/queries/change.js'
 import { loadConfig } from '../../src/config.js'
-import { fillerPermissionId, grantFillers, RESOURCE_ID } from './data.js'
 import { listPath } from './list.js'
 import { load } from './measure.js'
 import { pgbench, withPgbenchVariables } from './pgbench.js'

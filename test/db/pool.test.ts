@@ -6,7 +6,7 @@ import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import { ConnectionWaitTimeout, databaseErrorSummary, DatabaseUnreachable, isDatabaseUnavailable, overloadReasonOf } from '../../db/errors.js'
 import { DatabasePool } from '../../db/pool.js'
-import { createTestDatabase } from '../helper.js'
+import { createTestDatabase } from '../support/database.js'
 
 // Long enough for a new connection on a loaded machine (four test files at once on two cores), short
 // enough that the waits the tests provoke stay cheap.

@@ -5,9 +5,10 @@ import { once } from 'node:events'
 import { createServer, type Socket } from 'node:net'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build, captureLogs } from '../helper.js'
-import { readToken } from '../tokens.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { readToken } from '../support/tokens.js'
 
 const sockets = new Set<Socket>()
 const silent = createServer((socket) => { sockets.add(socket) })

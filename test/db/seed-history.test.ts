@@ -8,8 +8,8 @@ import pg from 'pg'
 import t from 'tap'
 import { DEMO_SEED_ACTOR, seedDatabase, type SeedData } from '../../db/seed.js'
 import { projectRoot } from '../../src/project-root.js'
-import { build } from '../helper.js'
-import { readToken, token } from '../tokens.js'
+import { build } from '../support/harness.js'
+import { readToken, token } from '../support/tokens.js'
 
 const demo = (): Required<SeedData> => JSON.parse(readFileSync(join(projectRoot, 'db', 'demo-data.json'), 'utf8'))
 const start = (n: number) => ({ recordAs: { sub: DEMO_SEED_ACTOR, requestId: `${DEMO_SEED_ACTOR}-start-${n}` } })

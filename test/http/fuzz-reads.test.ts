@@ -5,9 +5,9 @@
 // test/http/fuzz-writes.test.ts generates bodies, media types and credentials.
 import fc from 'fast-check'
 import t from 'tap'
-import { ordersPath } from '../fixtures.js'
+import { ordersPath } from '../support/fixtures.js'
 import { problemTypes } from '../../src/problems.js'
-import { readToken } from '../tokens.js'
+import { readToken } from '../support/tokens.js'
 import { RUNS, startFuzzing, validId } from './fuzz.js'
 
 const { send, sent } = await startFuzzing(t)

@@ -5,8 +5,8 @@
 // nothing granted, removed or recorded. test/http/fuzz-reads.test.ts generates what is read.
 import fc from 'fast-check'
 import t from 'tap'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { deleteToken, readToken, token } from '../tokens.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { deleteToken, readToken, token } from '../support/tokens.js'
 import { RUNS, startFuzzing, validId } from './fuzz.js'
 
 const { harness, send, sent } = await startFuzzing(t)

@@ -1,10 +1,10 @@
 // What the two fuzz suites share: the seeded run count, the service holding the orders fixture,
 // a send that counts what reached it, and the spec's rule for an id, restated independently of
-// the service's code. FUZZ_SEED replays a run (test/fixtures.ts).
+// the service's code. FUZZ_SEED replays a run (test/support/fixtures.ts).
 import fc from 'fast-check'
 import type { Test } from 'tap'
-import { fastCheckSeed, ordersFixture } from '../fixtures.js'
-import { build, type Harness } from '../helper.js'
+import { fastCheckSeed, ordersFixture } from '../support/fixtures.js'
+import { build, type Harness } from '../support/harness.js'
 
 export const RUNS = 2_800
 

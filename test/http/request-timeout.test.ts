@@ -6,9 +6,10 @@ import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build, captureLogs } from '../helper.js'
-import { deleteToken, readToken } from '../tokens.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { deleteToken, readToken } from '../support/tokens.js'
 
 const REQUEST_TIMEOUT_MS = 1000
 const logs = captureLogs()

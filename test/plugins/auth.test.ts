@@ -2,11 +2,11 @@ import { generateKeyPairSync, randomBytes } from 'node:crypto'
 import { createSigner } from 'fast-jwt'
 import Fastify from 'fastify'
 import t, { type Test } from 'tap'
-import type { ObservedResponse } from '../contract.js'
-import { ordersFixture, ordersPath } from '../fixtures.js'
+import type { ObservedResponse } from '../support/contract.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import auth from '../../plugins/auth/index.js'
-import { build, type Harness } from '../helper.js'
-import { craftedToken, ecKeyPair, inOneMinute, now, readToken, rsaKeyPair, TEST_SECRET, token } from '../tokens.js'
+import { build, type Harness } from '../support/harness.js'
+import { craftedToken, ecKeyPair, inOneMinute, now, readToken, rsaKeyPair, TEST_SECRET, token } from '../support/tokens.js'
 
 const harness = await build(t)
 await harness.seed(ordersFixture())

@@ -7,9 +7,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { createSigner } from 'fast-jwt'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build, captureLogs } from '../helper.js'
-import { craftedToken, inOneMinute, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER } from '../tokens.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { craftedToken, inOneMinute, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER } from '../support/tokens.js'
 
 interface SigningKey { kid: string, alg: 'RS256' | 'ES256', privateKey: KeyObject, publicKey: KeyObject }
 
@@ -206,7 +207,7 @@ t.test('kid tricks (path and SQL injection, keys a server might load from them) 
 })
 
 t.test('production JWKS over plain http: on a loopback host it starts quietly; elsewhere only with JWKS_ALLOW_HTTP=true, warning', async (t) => {
-  // Refused without JWKS_ALLOW_HTTP: test/config.test.ts. Nothing is fetched at start.
+  // Refused without JWKS_ALLOW_HTTP: test/src/config.test.ts. Nothing is fetched at start.
   const production = { NODE_ENV: 'production', JWT_SECRET: '', JWT_ISSUER: PRODUCTION_ISSUER, JWT_AUDIENCE: PRODUCTION_AUDIENCE, LOG_LEVEL: 'warn' }
   const cases: Array<[string, Record<string, string>, boolean]> = [
     ['loopback', { JWKS_URL: 'http://127.0.0.1:9/jwks.json' }, false],

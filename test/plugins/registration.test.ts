@@ -13,8 +13,8 @@ import metrics from '../../plugins/metrics.js'
 import pressure from '../../plugins/pressure.js'
 import serviceApp from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { build } from '../helper.js'
-import { TEST_SECRET } from '../tokens.js'
+import { build } from '../support/harness.js'
+import { TEST_SECRET } from '../support/tokens.js'
 
 const plugins = { auth, db, docs, env, lifecycle, metrics, pressure }
 const dependenciesOf = { db: ['env'], metrics: ['env', 'db'], pressure: ['env'] }

@@ -7,9 +7,10 @@ import pg from 'pg'
 import t from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
 import { projectRoot } from '../../src/project-root.js'
-import { historyPath, ordersFixture, ordersPath } from '../fixtures.js'
-import { build, captureLogs, type Harness } from '../helper.js'
-import { readToken, token } from '../tokens.js'
+import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build, type Harness } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { readToken, token } from '../support/tokens.js'
 
 const writer = (claims: Record<string, unknown> = { sub: 'alice', client_id: 'console' }) =>
   token({ scope: 'delete:resource create:resource', ...claims })

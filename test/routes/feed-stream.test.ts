@@ -7,10 +7,11 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
-import { historyPath, ordersFixture, ordersPath } from '../fixtures.js'
-import { build, captureLogs, type Harness } from '../helper.js'
-import { openStream, type OpenOptions, type SseStream } from '../sse.js'
-import { readToken, token } from '../tokens.js'
+import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build, type Harness } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { openStream, type OpenOptions, type SseStream } from '../support/sse.js'
+import { readToken, token } from '../support/tokens.js'
 
 interface FeedEntry { id: string, resource_id: string, client_id: string, action: string, permission_ids: string[], request_id: string }
 

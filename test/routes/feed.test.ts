@@ -8,9 +8,9 @@
 import pg from 'pg'
 import t from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build, type Harness } from '../helper.js'
-import { readToken, token } from '../tokens.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build, type Harness } from '../support/harness.js'
+import { readToken, token } from '../support/tokens.js'
 
 interface FeedEntry {
   id: string

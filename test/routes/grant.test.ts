@@ -1,8 +1,8 @@
 // POST: the inverse of DELETE, with the same body rules and the same 404 order.
 import t from 'tap'
-import { historyPath, ordersFixture, ordersPath } from '../fixtures.js'
-import { build } from '../helper.js'
-import { deleteToken, readToken, token } from '../tokens.js'
+import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { deleteToken, readToken, token } from '../support/tokens.js'
 
 const harness = await build(t)
 const createToken = () => token({ scope: 'create:resource' })

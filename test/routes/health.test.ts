@@ -3,9 +3,10 @@
 // and the lifecycle's 503s logged at info, without a stack.
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { ordersPath } from '../fixtures.js'
-import { build, captureLogs } from '../helper.js'
-import { readToken } from '../tokens.js'
+import { ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { readToken } from '../support/tokens.js'
 
 // The loop is blocked as by a long synchronous task, but asleep: a spin would take a core from the
 // test files running beside this one.

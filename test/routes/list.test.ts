@@ -1,8 +1,8 @@
 import { request } from 'node:http'
 import t from 'tap'
-import { compareListed, ordersFixture, ordersPath, shelfFixture, type SortKey } from '../fixtures.js'
-import { build } from '../helper.js'
-import { readToken } from '../tokens.js'
+import { compareListed, ordersFixture, ordersPath, shelfFixture, type SortKey } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { readToken } from '../support/tokens.js'
 
 const harness = await build(t)
 await harness.seed(ordersFixture())

@@ -4,10 +4,11 @@
 // of ours never matches (and never reaches the database).
 import fc from 'fast-check'
 import t, { type Test } from 'tap'
-import type { ObservedResponse } from '../contract.js'
-import { fastCheckSeed, ordersFixture, ordersPath } from '../fixtures.js'
-import { build, captureLogs } from '../helper.js'
-import { deleteToken, readToken, token } from '../tokens.js'
+import type { ObservedResponse } from '../support/contract.js'
+import { fastCheckSeed, ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { deleteToken, readToken, token } from '../support/tokens.js'
 
 const logs = captureLogs()
 // Warnings and errors only: a request the service cannot handle logs an error with its stack.

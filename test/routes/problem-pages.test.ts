@@ -4,9 +4,9 @@
 import { createHash } from 'node:crypto'
 import t from 'tap'
 import { problemTypes } from '../../src/problems.js'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build } from '../helper.js'
-import { readToken } from '../tokens.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { readToken } from '../support/tokens.js'
 
 const harness = await build(t)
 await harness.seed(ordersFixture())

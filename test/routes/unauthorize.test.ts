@@ -1,7 +1,7 @@
 import t from 'tap'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { build } from '../helper.js'
-import { deleteToken, readToken } from '../tokens.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { deleteToken, readToken } from '../support/tokens.js'
 
 const harness = await build(t)
 

@@ -15,9 +15,10 @@ import pg from 'pg'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import { seedDatabase } from '../../db/seed.js'
-import { endsWithTest } from '../at-exit.js'
-import { createTestDatabase, serverProcess } from '../helper.js'
-import { TEST_SECRET, token } from '../tokens.js'
+import { endsWithTest } from '../support/at-exit.js'
+import { createTestDatabase } from '../support/database.js'
+import { serverProcess } from '../support/server-process.js'
+import { TEST_SECRET, token } from '../support/tokens.js'
 
 // How long the writers write; the held transaction starts HOLD_AFTER_MS in and stays open 1–3 s.
 const WRITE_MS = 5_000
@@ -44,7 +45,7 @@ async function startInstance (name: string, databaseUrl: string): Promise<Instan
       JWT_SECRET: TEST_SECRET,
       // Thousands of requests: only what goes wrong is worth keeping.
       LOG_LEVEL: 'warn',
-      // Other test files share the cores: lag here is theirs (shedding: test/pressure.test.ts).
+      // Other test files share the cores: lag here is theirs (shedding: test/plugins/pressure.test.ts).
       MAX_EVENT_LOOP_DELAY_MS: '0'
     },
     stdio: ['ignore', 'pipe', 'pipe']

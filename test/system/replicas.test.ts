@@ -1,5 +1,5 @@
 // Reads from a real streaming replica (issue 28): Debian's PostgreSQL, a primary and a hot standby
-// made with pg_basebackup -R (test/replication.ts), replay paused to make lag happen on purpose.
+// made with pg_basebackup -R (test/support/replication.ts), replay paused to make lag happen on purpose.
 // A caller that sends back the Consistency-Token it was given never sees an older state; without
 // one, a replica answers within the lag bound; a replica or the primary down costs no read.
 import { execFileSync } from 'node:child_process'
@@ -12,10 +12,10 @@ import { parseLsn } from '../../db/lsn.js'
 import { seedDatabase } from '../../db/seed.js'
 import app, { serverOptions } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { captureLogs, type CapturedLogs } from '../helper.js'
-import { replicatedPostgres, skipUnlessPostgresServer } from '../replication.js'
-import { TEST_SECRET, token } from '../tokens.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { captureLogs, type CapturedLogs } from '../support/logs.js'
+import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
+import { TEST_SECRET, token } from '../support/tokens.js'
 
 skipUnlessPostgresServer(t, 'the replica test')
 const cluster = await replicatedPostgres(t)

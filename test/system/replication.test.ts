@@ -1,10 +1,10 @@
-// test/replication.ts itself, on real processes (Debian's PostgreSQL, which CI installs): the
+// test/support/replication.ts itself, on real processes (Debian's PostgreSQL, which CI installs): the
 // replica follows the primary, a paused replay holds a received write back until it resumes, the
 // replica refuses writes, and each server can be stopped and started again without the other.
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
-import { replicatedPostgres, skipUnlessPostgresServer } from '../replication.js'
+import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 
 skipUnlessPostgresServer(t, 'the replication helper\'s test')
 

@@ -1,5 +1,5 @@
 // Tracing with real processes: src/server.ts configured by the OTEL_* variables alone, exporting
-// with the real OTLP exporter to a real OTLP/HTTP endpoint (test/otlp-receiver.ts), whose requests
+// with the real OTLP exporter to a real OTLP/HTTP endpoint (test/support/otlp-receiver.ts), whose requests
 // are decoded here. A caller's trace is continued; the statement's span sits below the request's,
 // with its text and never its values; the auth outcome and the problem type are on the request's
 // span; every log line of a traced request names the trace. And with no exporter configured, no
@@ -12,11 +12,12 @@ import t from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase } from '../../db/seed.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
-import { endsWithTest } from '../at-exit.js'
-import { ordersFixture, ordersPath } from '../fixtures.js'
-import { createTestDatabase, serverProcess } from '../helper.js'
-import { callerTraceparent, otlpReceiver, type ReceivedSpan } from '../otlp-receiver.js'
-import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from '../tokens.js'
+import { endsWithTest } from '../support/at-exit.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { createTestDatabase } from '../support/database.js'
+import { serverProcess } from '../support/server-process.js'
+import { callerTraceparent, otlpReceiver, type ReceivedSpan } from '../support/otlp-receiver.js'
+import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from '../support/tokens.js'
 
 const SERVER_KIND = 2
 
@@ -40,7 +41,7 @@ async function startServer (env: Record<string, string>): Promise<Running> {
       JWT_SECRET: TEST_SECRET,
       JWT_ISSUER: PRODUCTION_ISSUER,
       JWT_AUDIENCE: PRODUCTION_AUDIENCE,
-      // Other test files share the cores: lag here is theirs (shedding: test/pressure.test.ts).
+      // Other test files share the cores: lag here is theirs (shedding: test/plugins/pressure.test.ts).
       MAX_EVENT_LOOP_DELAY_MS: '0',
       ...env
     },
@@ -229,9 +230,9 @@ t.test('no exporter configured: the whole service loads, and no part of the Open
   // imports them all), in a process of its own; what Node's module cache holds after.
   const probe = `
     const { createRequire } = await import('node:module')
-    const { startTracing } = await import('./src/tracing.ts')
+    const { startTracing } = await import('./src/tracing.js')
     const started = await startTracing()
-    await import('./src/serve.ts')
+    await import('./src/serve.js')
     const loaded = Object.keys(createRequire(import.meta.url).cache)
     console.log(JSON.stringify({ started: started !== undefined, pg: loaded.some((file) => file.includes('/node_modules/pg/')), sdk: loaded.filter((file) => /@opentelemetry\\/(?!api\\/)|@fastify\\/otel/.test(file)) }))`
   for (const env of [{}, { OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' }, { OTEL_SDK_DISABLED: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' }]) {

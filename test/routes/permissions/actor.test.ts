@@ -2,9 +2,9 @@
 // `client_id` or else `azp`, from the verified token; only text of 1 to 1,024 characters. Each case
 // is a real change through the API, read back from the client's history.
 import t from 'tap'
-import { historyPath, ordersFixture, ordersPath } from '../../fixtures.js'
-import { build } from '../../helper.js'
-import { readToken, token } from '../../tokens.js'
+import { historyPath, ordersFixture, ordersPath } from '../../support/fixtures.js'
+import { build } from '../../support/harness.js'
+import { readToken, token } from '../../support/tokens.js'
 
 t.test('who made a change: sub, and client_id or else azp; only text of 1 to 1,024 characters', async (t) => {
   const harness = await build(t)

@@ -1,0 +1,78 @@
+// A query parameter an operation does not have is refused, not ignored: a caller who guessed a name
+// (page for offset, sort for sort_by) would otherwise get an answer to another question. The 400
+// names each one, with a hint when the operation has a parameter close to it.
+import t, { type Test } from 'tap'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+import { readToken } from '../support/tokens.js'
+
+const harness = await build(t)
+await harness.seed(ordersFixture())
+const history = '/resources/orders-api/authorized_clients/app-a/permission_changes'
+
+interface ValidationProblem { type: string, detail: string, errors: Array<{ location: string, pointer: string, message: string }> }
+
+async function refused (t: Test, path: string): Promise<ValidationProblem> {
+  const res = await harness.request(path, { token: readToken() })
+  t.equal(res.status, 400, path)
+  return res.body as ValidationProblem
+}
+
+t.test('the list with ?page=2&limit=5 → 400 naming page: offset is the page number', async (t) => {
+  const problem = await refused(t, `${ordersPath()}?page=2&limit=5`)
+  t.equal(problem.type, '/problems/invalid-request')
+  t.same(problem.errors, [{ location: 'query', pointer: '/page', message: 'is not a parameter of this operation (offset is the page number)' }])
+  t.equal(problem.detail, 'query/page is not a parameter of this operation (offset is the page number)')
+})
+
+t.test('the list with ?sort=name.desc, ?order=…, ?orderBy=… → 400 naming it, pointing at sort_by', async (t) => {
+  for (const name of ['sort', 'order', 'orderBy']) {
+    const problem = await refused(t, `${ordersPath()}?${name}=name.desc`)
+    t.same(problem.errors, [{ location: 'query', pointer: `/${name}`, message: 'is not a parameter of this operation (did you mean sort_by?)' }], name)
+  }
+})
+
+t.test('the list with ?per_page, ?pageSize, ?size → limit is the page size; ?limt → did you mean limit?; ?sortBy → did you mean sort_by?', async (t) => {
+  const cases: Array<[string, string]> = [
+    ['per_page=5', 'limit is the page size'],
+    ['pageSize=5', 'limit is the page size'],
+    ['size=5', 'limit is the page size'],
+    ['limt=5', 'did you mean limit?'],
+    ['ofset=1', 'did you mean offset?'],
+    ['sortBy=name', 'did you mean sort_by?'],
+    ['LIMIT=5', 'did you mean limit?']
+  ]
+  for (const [query, hint] of cases) {
+    const problem = await refused(t, `${ordersPath()}?${query}`)
+    t.equal(problem.errors[0].message, `is not a parameter of this operation (${hint})`, query)
+  }
+})
+
+t.test('every parameter the operation does not have is named, each with its own hint or none', async (t) => {
+  const problem = await refused(t, `${ordersPath()}?page=2&limit=5&sort=name&access_token=x`)
+  t.same(problem.errors, [
+    { location: 'query', pointer: '/page', message: 'is not a parameter of this operation (offset is the page number)' },
+    { location: 'query', pointer: '/sort', message: 'is not a parameter of this operation (did you mean sort_by?)' },
+    { location: 'query', pointer: '/access_token', message: 'is not a parameter of this operation' }
+  ])
+})
+
+t.test('the feed: ?cursor and ?since → after is the cursor; ?before, which it has no likeness of, gets no hint', async (t) => {
+  for (const name of ['cursor', 'since']) {
+    const problem = await refused(t, `/permission_changes?${name}=1`)
+    t.same(problem.errors, [{ location: 'query', pointer: `/${name}`, message: 'is not a parameter of this operation (after is the cursor: the id of the last change seen)' }], name)
+  }
+  const before = await refused(t, '/permission_changes?before=1')
+  t.same(before.errors, [{ location: 'query', pointer: '/before', message: 'is not a parameter of this operation' }])
+  const resource = await refused(t, '/permission_changes?resourceId=orders-api')
+  t.equal(resource.errors[0].message, 'is not a parameter of this operation (did you mean resource_id?)')
+})
+
+t.test('a history: ?cursor → before, its own cursor; ?page and ?since, which it has nothing for, get no hint', async (t) => {
+  const cursor = await refused(t, `${history}?cursor=1`)
+  t.equal(cursor.errors[0].message, 'is not a parameter of this operation (before is the cursor: the id of the last change seen)')
+  for (const name of ['page', 'since', 'offset', 'sort_by']) {
+    const problem = await refused(t, `${history}?${name}=1`)
+    t.equal(problem.errors[0].message, 'is not a parameter of this operation', name)
+  }
+})

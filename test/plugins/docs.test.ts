@@ -1,0 +1,69 @@
+import { readFile } from 'node:fs/promises'
+import t from 'tap'
+import { parse } from 'yaml'
+import { specPath } from '../../src/project-root.js'
+import { build } from '../support/harness.js'
+
+const harness = await build(t)
+
+t.test('GET /openapi.json serves openapi/openapi.yaml itself, without a token', async (t) => {
+  const res = await harness.request('/openapi.json')
+  t.equal(res.status, 200)
+  t.match(res.headers.get('content-type'), /^application\/json/)
+  t.same(res.body, parse(await readFile(specPath, 'utf8')))
+})
+
+t.test('GET /docs serves Swagger UI pointing at /openapi.json, without a token', async (t) => {
+  const page = await fetch(`${harness.baseUrl}/docs/`)
+  t.equal(page.status, 200)
+  t.match(await page.text(), /swagger-ui/)
+  const initializer = await fetch(`${harness.baseUrl}/docs/static/swagger-initializer.js`)
+  t.equal(initializer.status, 200)
+  const script = await initializer.text()
+  t.match(script, /\/openapi\.json/)
+  // A pasted token survives a reload of the page; operations show their operationId.
+  t.match(script, /"persistAuthorization":\s*true/)
+  t.match(script, /"displayOperationId":\s*true/)
+  const bundle = await fetch(`${harness.baseUrl}/docs/static/swagger-ui-bundle.js`)
+  t.equal(bundle.status, 200, 'the UI is served locally, no CDN')
+  // Read to the end: a response left unread keeps its connection busy, and closing the server waits for it.
+  t.ok((await bundle.arrayBuffer()).byteLength > 100_000)
+})
+
+t.test('the served document declares the bearer scheme and each operation\'s scope', async (t) => {
+  const doc = (await harness.request('/openapi.json')).body as {
+    components: { securitySchemes: Record<string, { type: string, scheme: string }> }
+    paths: Record<string, Record<string, { security: Array<Record<string, string[]>> }>>
+  }
+  t.match(doc.components.securitySchemes.bearerAuth, { type: 'http', scheme: 'bearer' })
+  const item = doc.paths['/resources/{resource_id}/authorized_clients/{client_id}/permissions']
+  t.same(item.get.security, [{ bearerAuth: ['read:resource'] }])
+  t.same(item.delete.security, [{ bearerAuth: ['delete:resource'] }])
+  t.same(item.post.security, [{ bearerAuth: ['create:resource'] }])
+  t.same(doc.paths['/resources/{resource_id}/authorized_clients/{client_id}/permission_changes'].get.security, [{ bearerAuth: ['read:resource'] }])
+  t.same(doc.paths['/permission_changes'].get.security, [{ bearerAuth: ['read:resource'] }], 'the change feed')
+})
+
+t.test('GET / points to the docs: 302 to /docs, without a token; other methods on / are 404', async (t) => {
+  const root = await fetch(`${harness.baseUrl}/`, { redirect: 'manual' })
+  t.equal(root.status, 302)
+  t.equal(root.headers.get('location'), '/docs')
+  await root.arrayBuffer()
+  const followed = await fetch(`${harness.baseUrl}/`)
+  t.equal(followed.status, 200)
+  t.match(await followed.text(), /swagger-ui/)
+  t.equal((await harness.request('/', { method: 'POST' })).status, 404)
+})
+
+t.test('Swagger UI\'s pages and files carry a Content-Security-Policy that forbids framing and inline script, and keeps plain http', async (t) => {
+  for (const path of ['/docs/', '/docs/static/index.html', '/docs/static/swagger-initializer.js']) {
+    const res = await fetch(`${harness.baseUrl}${path}`)
+    await res.arrayBuffer()
+    const policy = res.headers.get('content-security-policy') ?? ''
+    t.match(policy, /(^|; )frame-ancestors 'none'(;|$)/, path)
+    t.match(policy, /(^|; )script-src 'self'(;|$)/, path)
+    t.match(policy, /(^|; )default-src 'self'(;|$)/, path)
+    t.match(policy, /(^|; )script-src-attr 'none'(;|$)/, path)
+    t.notMatch(policy, /upgrade-insecure-requests/, path)
+  }
+})

@@ -1,0 +1,121 @@
+import type { AddressInfo } from 'node:net'
+import Fastify from 'fastify'
+import t from 'tap'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import serviceApp from '../../src/app.js'
+import { loadConfig } from '../../src/config.js'
+import { createTestDatabase } from '../support/database.js'
+import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
+import { readToken, TEST_SECRET } from '../support/tokens.js'
+
+t.test('GET /metrics: Prometheus text with route histograms, pool gauges and database errors', async (t) => {
+  const { stream, lines, waitFor } = captureLogs()
+  const harness = await build(t, { LOG_LEVEL: 'info' }, { logs: stream })
+  await harness.seed(ordersFixture())
+  // Every series exists from the start, at 0, so a rate over it is defined before the first event.
+  const fresh = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  for (const kind of ['unavailable', 'query', 'idle_connection']) t.match(fresh, new RegExp(`db_errors_total\\{kind="${kind}"\\} 0`), kind)
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(fresh, new RegExp(`requests_shed_total\\{reason="${reason}"\\} 0`), reason)
+  // Each of our metrics says in its HELP what every value of its label counts.
+  const help = (name: string) => new RegExp(`^# HELP ${name} (.*)$`, 'm').exec(fresh)?.[1] ?? ''
+  for (const kind of ['unavailable', 'query', 'idle_connection']) t.match(help('db_errors_total'), kind)
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(help('requests_shed_total'), reason)
+
+  await harness.db.query('ALTER TABLE grants RENAME TO grants_moved')
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 500)
+  await harness.db.query('ALTER TABLE grants_moved RENAME TO grants')
+  // pg drops a connection whose query failed; these open one again.
+  await harness.request(ordersPath(), { token: readToken() })
+  await harness.request(ordersPath('missing-app'), { token: readToken() })
+  t.equal((await harness.request('/no-such-path')).status, 404)
+
+  // Scraped twice: a scrape would be measured once it was answered, so only the second could show it.
+  await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  const res = await fetch(`${harness.baseUrl}/metrics`)
+  t.equal(res.status, 200)
+  t.match(res.headers.get('content-type'), /^text\/plain/)
+  const text = await res.text()
+  const route = '/resources/:resource_id/authorized_clients/:client_id/permissions'
+  t.match(text, new RegExp(`http_request_duration_seconds_count\\{method="GET",route="${route.replace(/[/:]/g, '\\$&')}",status_code="500"\\} 1`))
+  t.match(text, new RegExp(`http_request_duration_seconds_count\\{method="GET",route="${route.replace(/[/:]/g, '\\$&')}",status_code="200"\\} 1`))
+  t.match(text, new RegExp(`http_request_duration_seconds_count\\{method="GET",route="${route.replace(/[/:]/g, '\\$&')}",status_code="404"\\} 1`))
+  t.match(text, /db_pool_connections\{state="total"\} [1-9]/)
+  t.match(text, /db_pool_connections\{state="idle"\} [1-9]/)
+  t.match(text, /db_pool_connections\{state="waiting"\} 0/)
+  t.match(text, /db_errors_total\{kind="query"\} 1/)
+  t.match(text, /db_errors_total\{kind="unavailable"\} 0/)
+  t.match(text, /db_errors_total\{kind="idle_connection"\} 0/)
+  // A 404 problem and a 500 are errors, not overload.
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(text, new RegExp(`requests_shed_total\\{reason="${reason}"\\} 0`), `nothing shed: ${reason}`)
+  t.match(text, /process_resident_memory_bytes \d+/)
+  t.notMatch(text, /route="\/metrics"/, 'the scrape itself is not measured')
+  t.notMatch(text, /route="__unknown__"|no-such-path/, 'requests no route matched are not measured: their paths are the client\'s to choose')
+  t.notMatch(text, /http_request_summary_seconds_count\{/, 'histograms only: summaries cannot be added up across replicas')
+  t.equal(harness.app.metricsAddress, undefined, 'no listener of its own without METRICS_PORT')
+  // Scrapes log at warn only: a request logged after them shows theirs would have arrived by now.
+  await harness.request('/healthz')
+  await waitFor((line) => (line.req as { url?: string } | undefined)?.url === '/healthz', 'the /healthz request')
+  t.notOk(lines.some((line) => JSON.stringify(line).includes('/metrics')), 'a scrape leaves no line at info')
+})
+
+t.test('an idle pooled connection the server drops: logged as a warning, counted, and the next request is served', async (t) => {
+  const { stream, waitFor } = captureLogs()
+  const harness = await build(t, { LOG_LEVEL: 'warn' }, { logs: stream })
+  await harness.seed(ordersFixture())
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
+  // Every other connection to the test's database: the service's, now idle in its pool.
+  await harness.db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')
+  const line = await waitFor((line) => line.msg === 'idle database connection lost', 'the lost connection')
+  t.match(line, { level: 40, code: '57P01' })
+  const text = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  t.match(text, /db_errors_total\{kind="idle_connection"\} [1-9]/)
+  t.match(text, /db_errors_total\{kind="unavailable"\} 0/, 'not an outage')
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
+})
+
+t.test('METRICS_ENABLED=false → no /metrics', async (t) => {
+  const harness = await build(t, { METRICS_ENABLED: 'false' })
+  t.equal((await harness.request('/metrics')).status, 404)
+})
+
+t.test('METRICS_PORT: /metrics on its own listener only; the API port answers 404; closed with the app', async (t) => {
+  const { stream, lines } = captureLogs()
+  const harness = await build(t, { METRICS_PORT: '0', LOG_LEVEL: 'info' }, { logs: stream })
+  await harness.seed(ordersFixture())
+  t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
+  const address = harness.app.metricsAddress
+  t.ok(address, 'bound')
+  t.match(lines.find((line) => line.msg === 'metrics listening'), { level: 30, address: { port: address!.port } }, 'where, in the log')
+  t.not(address!.port, new URL(harness.baseUrl).port, 'a port of its own')
+  const scrape = await fetch(`http://127.0.0.1:${address!.port}/metrics`)
+  t.equal(scrape.status, 200)
+  t.match(scrape.headers.get('content-type'), /^text\/plain/)
+  const text = await scrape.text()
+  t.match(text, /http_request_duration_seconds_count\{method="GET",route="\/resources\/:resource_id\/authorized_clients\/:client_id\/permissions",status_code="200"\} 1/, 'the API port\'s requests are measured')
+  t.match(text, /db_pool_connections\{state="total"\}/)
+  t.notMatch(text, /route="\/metrics"/, 'the scrape itself is not measured')
+  const onApiPort = await harness.request('/metrics')
+  t.equal(onApiPort.status, 404, 'not on the API port, which the gateway forwards')
+  const elsewhere = await fetch(`http://127.0.0.1:${address!.port}/resources`)
+  t.equal(elsewhere.status, 404, 'the metrics port serves nothing else')
+  // Read to the end: a response left unread keeps its connection busy, and closing waits for it.
+  await elsewhere.arrayBuffer()
+  await harness.app.close()
+  await t.rejects(fetch(`http://127.0.0.1:${address!.port}/metrics`), 'closed with the app')
+})
+
+t.test('METRICS_PORT: an app closed before it was ready (a start stopped halfway) closes without its listener', async (t) => {
+  const app = Fastify()
+  app.register(serviceApp, { config: loadConfig({ DATABASE_URL: await createTestDatabase(t), JWT_SECRET: TEST_SECRET, METRICS_PORT: '0', LOG_LEVEL: 'silent' }) })
+  await app.close()
+  t.equal(app.metricsAddress, undefined, 'never bound')
+})
+
+t.test('METRICS_PORT already in use → the start fails with the bind error', async (t) => {
+  const taken = Fastify()
+  await taken.listen({ host: '127.0.0.1', port: 0 })
+  t.teardown(() => taken.close())
+  const port = String((taken.server.address() as AddressInfo).port)
+  await t.rejects(build(t, { METRICS_PORT: port }), { code: 'EADDRINUSE' })
+})

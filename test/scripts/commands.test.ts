@@ -1,0 +1,76 @@
+// Every command package.json runs with tsx, as its own process: --help and -h print the usage line
+// first, then the options, and start nothing; an unknown option is one line on stderr and exit 2.
+// Every database a command could reach (DATABASE_URL, TEST_DATABASE_URL) is a port where nothing
+// listens, so a command that went on to work would fail, not print its help.
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { readFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import t from 'tap'
+import { freePort } from '../../db/embedded-postgres.js'
+import { projectRoot } from '../../src/project-root.js'
+
+const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
+const literally = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+
+interface Run { code: number | null, stdout: string, stderr: string }
+
+/**
+ * Runs the script in a process group of its own: when a command starts work after all (a
+ * benchmark, a cluster), the timeout stops all of it, not only tsx.
+ */
+async function run (script: string, args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
+  const child = spawn(tsx, [script, ...args], { cwd: projectRoot, env, detached: true })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })
+  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 60_000)
+  const [code] = await once(child, 'close') as [number | null]
+  clearTimeout(timer)
+  return { code, stdout, stderr }
+}
+
+const { scripts } = JSON.parse(await readFile(join(projectRoot, 'package.json'), 'utf8')) as { scripts: Record<string, string> }
+const commands = Object.entries(scripts).flatMap(([name, line]) => {
+  const script = /^tsx (scripts\/\S+\.ts)$/.exec(line)?.[1]
+  return script ? [{ name, script, usage: name === 'test' ? 'npm test' : `npm run -s ${name}` }] : []
+})
+
+// What these commands do with an argument is not theirs to say yet, or not theirs at all.
+const notChecked: Record<string, { help?: string, unknownOption?: string }> = {
+  test: { unknownOption: 'npm test passes its arguments to tap, which judges them' }
+}
+
+t.test('the commands read from package.json include the ones the README names', async (t) => {
+  const found = commands.map(({ name }) => name)
+  for (const name of ['test', 'db:migrate', 'db:seed', 'db:prune-changes', 'db:explain', 'token', 'mutation', 'bench', 'bench:levers']) {
+    t.ok(found.includes(name), name)
+  }
+})
+
+const deadPort = await freePort()
+const nowhere = `postgres://postgres@127.0.0.1:${deadPort}/nothing`
+// Only what a command needs to start; no secret, so `token` could not sign even if it tried.
+const env = { PATH: process.env.PATH, DATABASE_URL: nowhere, TEST_DATABASE_URL: nowhere, JWKS_URL: 'https://idp.invalid/jwks.json' }
+
+// --help and -h are one option to parseArgs (scripts/command.ts): both spellings once, then -h, so
+// the suite starts one process less per command.
+for (const [index, { name, script, usage }] of commands.entries()) {
+  const skip = notChecked[name] ?? {}
+  t.test(`${usage} -- ${index === 0 ? '--help and -h' : '-h'}: the usage, then the options; nothing started`, { skip: skip.help ?? false }, async (t) => {
+    for (const flag of index === 0 ? ['--help', '-h'] : ['-h']) {
+      const { code, stdout, stderr } = await run(script, [flag], env)
+      t.equal(code, 0, `${flag}: ${stderr}`)
+      t.equal(stderr, '', flag)
+      t.match(stdout, new RegExp(`^usage: ${literally(usage)}( .*)?\n`), `${flag}: the usage line first`)
+      t.match(stdout, /\nOptions:\n(.*\n)* {2}-h, --help +print this help and exit\n$/, `${flag}: the options last`)
+    }
+  })
+  t.test(`${usage} -- --no-such-option → one line on stderr, exit 2`, { skip: skip.unknownOption ?? false }, async (t) => {
+    const { code, stdout, stderr } = await run(script, ['--no-such-option'], env)
+    t.equal(code, 2, stderr)
+    t.equal(stdout, '')
+    t.match(stderr, new RegExp(`^Unknown option '--no-such-option' \\(usage: ${literally(usage)}( [^\n]*)?\\)\n$`))
+  })
+}

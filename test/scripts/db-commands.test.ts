@@ -1,0 +1,163 @@
+// The database commands as an operator runs them (npm run db:seed -- FILE.json, npm run db:migrate,
+// npm run db:prune-changes), each a real process against a database of its own: what they load and
+// apply, what they say, and their own argument rules (every command's --help, -h and unknown
+// option: commands.test.ts). What a seed document may hold and how each bad one is refused, in
+// process: test/db/seed.test.ts.
+import { execFile } from 'node:child_process'
+import { join } from 'node:path'
+import pg from 'pg'
+import t from 'tap'
+import { projectRoot } from '../../src/project-root.js'
+import { createTestDatabase } from '../support/database.js'
+
+interface Run { code: number | null, stdout: string, stderr: string }
+
+/**
+ * Runs scripts/SCRIPT with DATABASE_URL; resolves with the exit code and output, whatever the code.
+ * `node --import tsx`, as the system tests start the server: one process, where tsx's CLI is two.
+ */
+function cli (script: string, args: string[], databaseUrl: string): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--import', 'tsx', join('scripts', script), ...args], {
+      cwd: projectRoot,
+      env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl },
+      timeout: 60_000
+    }, (error, stdout, stderr) => {
+      if (error && typeof error.code !== 'number') return reject(error)
+      resolve({ code: error ? error.code as number : 0, stdout, stderr })
+    })
+  })
+}
+
+const tables = ['resources', 'clients', 'permissions', 'authorizations', 'grants'] as const
+type Counts = Record<typeof tables[number], number>
+
+/** Row counts of every table, or null when the schema has not been created. */
+async function counts (databaseUrl: string): Promise<Counts | null> {
+  const client = new pg.Client({ connectionString: databaseUrl })
+  await client.connect()
+  try {
+    const { rows: [{ exists }] } = await client.query("SELECT to_regclass('public.grants') IS NOT NULL AS exists")
+    if (!exists) return null
+    const result: Partial<Counts> = {}
+    for (const table of tables) result[table] = (await client.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0].n
+    return result as Counts
+  } finally {
+    await client.end()
+  }
+}
+
+const validDocument = {
+  resources: [{ id: 'orders-api', name: 'Orders API' }, { id: 'reports-api' }],
+  clients: [{ id: 'billing-app', name: 'Billing' }, { id: 'warehouse-app' }],
+  permissions: [
+    { id: 'p_read_orders', resource_id: 'orders-api', name: 'read:orders', description: 'Read orders' },
+    { id: 'p_create_orders', resource_id: 'orders-api', name: 'create:orders' },
+    { id: 'p_read_reports', resource_id: 'reports-api', name: 'read:reports' }
+  ],
+  authorizations: [
+    { resource_id: 'orders-api', client_id: 'billing-app', permission_ids: ['p_read_orders', 'p_create_orders'] },
+    { resource_id: 'reports-api', client_id: 'billing-app', permission_ids: ['p_read_reports'] },
+    { resource_id: 'orders-api', client_id: 'warehouse-app' }
+  ]
+}
+
+t.test('db:seed on an empty database applies the migrations, then loads the file', async (t) => {
+  const url = await createTestDatabase(t)
+  const dir = t.testdir({ 'seed.json': JSON.stringify(validDocument) })
+  const file = join(dir, 'seed.json')
+  t.equal(await counts(url), null, 'no schema before')
+
+  const run = await cli('db-seed.ts', [file], url)
+  t.equal(run.code, 0, run.stderr)
+  t.equal(run.stdout.trim(), `Loaded ${file}: 2 resources, 2 clients, 3 permissions, 3 authorizations, 3 grants.`)
+  t.same(await counts(url), { resources: 2, clients: 2, permissions: 3, authorizations: 3, grants: 3 })
+
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  t.teardown(() => client.end())
+  const grants = await client.query('SELECT resource_id, client_id, permission_id FROM grants ORDER BY 1, 2, 3')
+  t.same(grants.rows, [
+    { resource_id: 'orders-api', client_id: 'billing-app', permission_id: 'p_create_orders' },
+    { resource_id: 'orders-api', client_id: 'billing-app', permission_id: 'p_read_orders' },
+    { resource_id: 'reports-api', client_id: 'billing-app', permission_id: 'p_read_reports' }
+  ])
+  const permission = await client.query("SELECT resource_id, name, description FROM permissions WHERE id = 'p_read_orders'")
+  t.same(permission.rows, [{ resource_id: 'orders-api', name: 'read:orders', description: 'Read orders' }])
+  const migrations = await client.query("SELECT count(*)::int AS n FROM migrations WHERE name = 'create_permissions'")
+  t.equal(migrations.rows[0].n, 1, 'the migration is recorded')
+})
+
+t.test('db:seed refuses a file → exit 1, "Nothing was loaded." with the file and why, nothing loaded', async (t) => {
+  const withBadLast = { ...validDocument, authorizations: [...validDocument.authorizations, { resource_id: 'reports-api', client_id: 'warehouse-app', permission_ids: ['p_read_orders'] }] }
+  const cases = [
+    // Refused before any database is touched (a file that cannot be read takes the same way).
+    { name: 'not JSON', content: '{"resources": [{"id": "new-api"},]}', says: /is not valid JSON|in JSON at position/, after: null },
+    // Refused by the database, its last authorization granting a permission of another resource:
+    // migrated, and not one row of the file loaded.
+    {
+      name: 'a bad last authorization, on an empty database',
+      content: JSON.stringify(withBadLast),
+      says: /authorizations\[3\] \(resource "reports-api", client "warehouse-app"\): refers to something that does not exist/,
+      after: { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }
+    }
+  ]
+  // One process each, all at once.
+  const dir = t.testdir(Object.fromEntries(cases.map(({ content }, index) => [`${index}.json`, content])))
+  const runs = await Promise.all(cases.map(async (_, index) => {
+    const url = await createTestDatabase(t)
+    const file = join(dir, `${index}.json`)
+    return { url, file, run: await cli('db-seed.ts', [file], url) }
+  }))
+  for (const [index, { name, says, after }] of cases.entries()) {
+    const { url, file, run } = runs[index]
+    t.equal(run.code, 1, name)
+    t.equal(run.stdout, '', `${name}: nothing claims to be loaded`)
+    t.ok(run.stderr.startsWith(`Nothing was loaded. ${file}: `), `${name}: ${run.stderr}`)
+    t.match(run.stderr, says, name)
+    t.same(await counts(url), after, `${name}: ${after ? 'migrated, nothing loaded' : 'the database is not touched'}`)
+  }
+})
+
+t.test('db:migrate applies the migrations to a fresh database, then says it is up to date', async (t) => {
+  const url = await createTestDatabase(t)
+  const first = await cli('db-migrate.ts', [], url)
+  t.equal(first.code, 0, first.stderr)
+  t.match(first.stdout, /^Applied: .*0001_create_permissions\.sql.*0002_page_scaling\.sql.*0003_description_on_grant\.sql.*0004_authorization_version\.sql.*0005_permission_changes\.sql.*0006_append_only_history\.sql.*0007_change_feed\.sql$/m)
+  t.same(await counts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'the tables exist')
+  const again = await cli('db-migrate.ts', [], url)
+  t.equal(again.code, 0, again.stderr)
+  t.equal(again.stdout.trim(), 'The database is up to date.')
+})
+
+t.test('their own argument rules: --help wins over a valid file; a missing or extra argument → one line ending with the usage, exit 2; no database touched', async (t) => {
+  const url = await createTestDatabase(t)
+  const seedFile = join(t.testdir({ 'seed.json': JSON.stringify(validDocument) }), 'seed.json')
+  const seed = 'npm run -s db:seed -- FILE.json'
+  const prune = 'npm run -s db:prune-changes -- --older-than DAYS'
+  const cases: Array<{ script: string, args: string[], usage: string, problem?: string }> = [
+    { script: 'db-seed.ts', args: [seedFile, '--help'], usage: seed },
+    { script: 'db-seed.ts', args: [], usage: seed, problem: 'FILE.json is missing' },
+    { script: 'db-seed.ts', args: [seedFile, seedFile], usage: seed, problem: 'one file at a time, not 2' },
+    { script: 'db-prune-changes.ts', args: [], usage: prune, problem: '--older-than must be a whole number of days, at least 1' },
+    { script: 'db-prune-changes.ts', args: ['--older-than', '0'], usage: prune, problem: '--older-than must be a whole number of days, at least 1' }
+  ]
+  const runs = await Promise.all(cases.map(({ script, args }) => cli(script, args, url)))
+  for (const [index, { script, args, usage, problem }] of cases.entries()) {
+    const { code, stdout, stderr } = runs[index]
+    const what = `${script} ${args.join(' ')}`
+    if (problem === undefined) {
+      t.equal(code, 0, what)
+      t.equal(stderr, '', what)
+      t.ok(stdout.startsWith(`usage: ${usage}\n`), `${what}: the usage line first`)
+      t.match(stdout, /\nOptions:\n(.*\n)* {2}-h, --help +print this help and exit\n$/, `${what}: then the options`)
+    } else {
+      t.equal(code, 2, what)
+      t.equal(stdout, '', what)
+      t.ok(stderr.startsWith(problem), `${what}: ${stderr}`)
+      t.ok(stderr.endsWith(` (usage: ${usage})\n`), `${what}: ends with the usage`)
+      t.equal(stderr.trimEnd().split('\n').length, 1, `${what}: one line`)
+    }
+  }
+  t.equal(await counts(url), null, 'the database has no tables')
+})

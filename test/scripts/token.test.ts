@@ -1,0 +1,90 @@
+// `npm run -s token` as people use it: TOKEN=$(npm run -s token) must capture a token and nothing else.
+// Each case runs the real script in a process. Its -h and an unknown option, as every command's:
+// commands.test.ts.
+import { execFile } from 'node:child_process'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { createVerifier } from 'fast-jwt'
+import t from 'tap'
+import { projectRoot } from '../../src/project-root.js'
+import { specAsWritten } from '../../src/spec.js'
+import { TEST_SECRET } from '../support/tokens.js'
+
+const run = promisify(execFile)
+
+/**
+ * scripts/token.ts in a process of its own, with JWT_SECRET unless `env` says otherwise. `node
+ * --import tsx`, as the system tests start the server: one process, where tsx's CLI is two.
+ */
+async function token (args: string[], env: Record<string, string> = {}) {
+  try {
+    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', join(projectRoot, 'scripts', 'token.ts'), ...args], {
+      cwd: projectRoot,
+      env: { PATH: process.env.PATH, JWT_SECRET: TEST_SECRET, ...env }
+    })
+    return { code: 0, stdout, stderr }
+  } catch (error) {
+    const { code, stdout, stderr } = error as { code: number, stdout: string, stderr: string }
+    return { code, stdout, stderr }
+  }
+}
+
+t.test('prints only a token: one line, verifiable, with the scope and lifetime asked for', async (t) => {
+  const { code, stdout, stderr } = await token(['--scope', 'read:resource', '--expires-in', '120'], { JWT_ISSUER: 'https://idp/', JWT_AUDIENCE: 'api, other' })
+  t.equal(code, 0)
+  t.equal(stderr, '')
+  t.match(stdout, /^[\w-]+\.[\w-]+\.[\w-]+\n$/)
+  const claims = createVerifier({ key: TEST_SECRET, allowedIss: 'https://idp/', allowedAud: 'api' })(stdout.trim())
+  t.match(claims, { scope: 'read:resource', iss: 'https://idp/', aud: 'api' })
+  t.equal(claims.exp - claims.iat, 120)
+})
+
+t.test('without --scope the token carries every scope the spec\'s operations ask for', async (t) => {
+  const spec = await specAsWritten() as { paths: Record<string, Record<string, { security?: Array<Record<string, string[]>> }>> }
+  const specScopes = new Set(Object.values(spec.paths).flatMap((item) => Object.values(item))
+    .flatMap(({ security }) => security ?? []).flatMap((requirement) => Object.values(requirement).flat()))
+  t.ok(specScopes.has('create:resource') && specScopes.has('delete:resource') && specScopes.has('read:resource'), [...specScopes].join(' '))
+  const { code, stdout } = await token([])
+  t.equal(code, 0)
+  const claims = createVerifier({ key: TEST_SECRET })(stdout.trim())
+  t.same(new Set(claims.scope.split(' ')), specScopes)
+  t.equal(claims.scope.split(' ').length, specScopes.size, 'each scope once')
+})
+
+t.test('--help prints the usage and the options with their defaults, and signs nothing', async (t) => {
+  // No secret at all: signing would have to make one, or fail.
+  const { code, stdout, stderr } = await token(['--help'], { JWT_SECRET: '', JWKS_URL: 'https://idp.example/jwks.json' })
+  t.equal(code, 0)
+  t.equal(stderr, '')
+  t.match(stdout, /^usage: npm run -s token -- \[--scope SCOPES\] \[--expires-in SECONDS\]\n/)
+  t.match(stdout, /\n {2}--scope SCOPES +the scopes it carries, space-separated \(default: [^)]*create:resource[^)]*\)\n/)
+  t.match(stdout, /\n {2}--expires-in SECONDS +how long it is valid \(default: 3600\)\n/)
+  t.match(stdout, /\n {2}-h, --help +print this help and exit\n$/)
+  t.notMatch(stdout, /[\w-]+\.[\w-]+\.[\w-]+\n/, 'no token')
+})
+
+t.test('bad arguments get one line on stderr, ending with the usage, and exit 2', async (t) => {
+  const usage = ' (usage: npm run -s token -- [--scope SCOPES] [--expires-in SECONDS])'
+  const cases = [
+    [['read:resource'], "Unexpected argument 'read:resource'"],
+    [['--expires-in', 'abc'], '--expires-in must be a positive whole number of seconds'],
+    [['--expires-in', '0'], '--expires-in must be a positive whole number of seconds'],
+    [['--scope', ' '], '--scope must name at least one scope']
+  ] as Array<[string[], string]>
+  // One process each, all at once.
+  const runs = await Promise.all(cases.map(([args]) => token(args)))
+  for (const [index, [args, problem]] of cases.entries()) {
+    const { code, stdout, stderr } = runs[index]
+    t.equal(code, 2, args.join(' '))
+    t.equal(stdout, '', args.join(' '))
+    t.ok(stderr.startsWith(problem), `${args.join(' ')}: ${stderr}`)
+    t.ok(stderr.endsWith(`${usage}\n`), `${args.join(' ')}: ends with the usage`)
+    t.equal(stderr.trimEnd().split('\n').length, 1, `${args.join(' ')}: one line`)
+  }
+})
+
+t.test('with only a public key there is nothing to sign with: one line, exit 1', async (t) => {
+  const { code, stderr } = await token([], { JWT_SECRET: '', JWKS_URL: 'https://idp.example/jwks.json' })
+  t.equal(code, 1)
+  t.match(stderr, /^npm run token signs with JWT_SECRET \(HS256\)/)
+})

@@ -1,0 +1,100 @@
+// The test PostgreSQL (TEST_DATABASE_URL, set by `npm test`): a database of a test's own on it, empty
+// or a copy of the run's migrated template, dropped when the test ends or, without teardown, when the
+// process exits; and a PostgreSQL server of a test's own, to stop and start again.
+import { spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { readFileSync, rmSync } from 'node:fs'
+import { rm } from 'node:fs/promises'
+import { join } from 'node:path'
+import type { Test } from 'tap'
+import { databaseUrlOf, onServer } from '../../db/databases.js'
+import { freePort, startEmbeddedPostgres, temporaryFolder } from '../../db/embedded-postgres.js'
+import { projectRoot } from '../../src/project-root.js'
+import { atExit } from './at-exit.js'
+
+export function testDatabaseUrl (): string {
+  const url = process.env.TEST_DATABASE_URL
+  if (!url) throw new Error('TEST_DATABASE_URL is not set: run the tests with `npm test`')
+  return url
+}
+
+// The databases this process made and no teardown has dropped yet, dropped at exit if any are
+// left (test/support/at-exit.ts), by a process of their own that this one does not wait for: a connection
+// this one left halfway through its start-up holds DROP DATABASE until this process is gone.
+const undropped = new Set<string>()
+atExit(() => {
+  if (undropped.size === 0) return
+  const drop = `import pg from 'pg'
+    const client = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL })
+    await client.connect()
+    for (const name of JSON.parse(process.env.UNDROPPED)) await client.query(\`DROP DATABASE IF EXISTS \${name} WITH (FORCE)\`)
+    await client.end()`
+  spawn(process.execPath, ['--input-type=module', '--eval', drop], {
+    cwd: projectRoot,
+    env: { PATH: process.env.PATH, TEST_DATABASE_URL: testDatabaseUrl(), UNDROPPED: JSON.stringify([...undropped]) },
+    stdio: 'ignore',
+    detached: true
+  }).unref()
+})
+
+/**
+ * A new database on the test server, and the function that drops it: empty, or a copy of the run's
+ * migrated template (TEST_TEMPLATE_DATABASE, made by `npm test`), which the app then finds up to date.
+ */
+export async function newDatabase ({ migrated = false } = {}): Promise<{ url: string, drop: () => Promise<void> }> {
+  const name = `test_${randomBytes(6).toString('hex')}`
+  const template = migrated ? process.env.TEST_TEMPLATE_DATABASE : undefined
+  // FILE_COPY copies the template's files; the default (WAL_LOG) writes every page of it to the WAL,
+  // which for a small template costs the server about twice the CPU, and a test run makes about eighty.
+  await onServer(testDatabaseUrl(), `CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''} STRATEGY FILE_COPY`)
+  undropped.add(name)
+  return {
+    url: databaseUrlOf(testDatabaseUrl(), name),
+    drop: async () => {
+      await onServer(testDatabaseUrl(), `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      undropped.delete(name)
+    }
+  }
+}
+
+/** A new, empty database on the test server, dropped when the test ends. */
+export async function createTestDatabase (t: Test): Promise<string> {
+  const { url, drop } = await newDatabase()
+  t.teardown(drop)
+  return url
+}
+
+export interface OwnPostgres {
+  url: string
+  dataDir: string
+  stop: () => Promise<void>
+  start: () => Promise<void>
+}
+
+/** A PostgreSQL server of the test's own, to stop and start again; removed when the test ends. */
+export async function ownPostgres (t: Test): Promise<OwnPostgres> {
+  const dir = await temporaryFolder('client-permissions-own-pg-')
+  const options = { dataDir: join(dir, 'pg'), port: await freePort() }
+  // At an exit without teardown (test/support/at-exit.ts): PostgreSQL's immediate shutdown, which writes
+  // nothing more (SIGQUIT to the postmaster, whose PID heads postmaster.pid while it runs; a test may
+  // have stopped it), then the folder removed. embedded-postgres's own exit hook only sends SIGINT.
+  const cancel = atExit(() => {
+    try {
+      process.kill(Number(readFileSync(join(options.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]), 'SIGQUIT')
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+  let server = await startEmbeddedPostgres(options)
+  t.teardown(async () => {
+    await server.stop()
+    await rm(dir, { recursive: true, force: true })
+    cancel()
+  })
+  return {
+    url: server.url,
+    dataDir: options.dataDir,
+    stop: () => server.stop(),
+    start: async () => { server = await startEmbeddedPostgres(options) }
+  }
+}

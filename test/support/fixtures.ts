@@ -1,0 +1,85 @@
+// Seed documents shared by the route tests.
+import type { SeedData } from '../../db/seed.js'
+
+/** orders-api with 12 permissions; app-a holds 10 of them, app-b is authorized with none. */
+export function ordersFixture (): SeedData {
+  const nouns = ['orders', 'invoices', 'refunds']
+  const verbs = ['read', 'create', 'update', 'delete']
+  const permissions = nouns.flatMap((noun) => verbs.map((verb) => ({
+    id: `p_${verb}_${noun}`,
+    resource_id: 'orders-api',
+    name: `${verb}:${noun}`,
+    ...(verb === 'delete' ? {} : { description: `${verb} ${noun}` })
+  })))
+  return {
+    resources: [{ id: 'orders-api' }, { id: 'other-api' }],
+    clients: [{ id: 'app-a' }, { id: 'app-b' }, { id: 'app-c' }],
+    permissions: [...permissions, { id: 'p_other', resource_id: 'other-api', name: 'read:other' }],
+    authorizations: [
+      { resource_id: 'orders-api', client_id: 'app-a', permission_ids: permissions.slice(0, 10).map(({ id }) => id) },
+      { resource_id: 'orders-api', client_id: 'app-b', permission_ids: [] },
+      { resource_id: 'other-api', client_id: 'app-a', permission_ids: ['p_other'] }
+    ]
+  }
+}
+
+/**
+ * shelf-api with 40 permissions whose ids, names and descriptions each sort differently: every
+ * fourth has no description, the others share six texts (the empty one included), so every
+ * description order has ties for its second key to break. shelf-app holds 37 of them.
+ */
+export function shelfFixture (): SeedData {
+  const texts = ['beta', '', 'Beta', 'é', 'alpha', 'beta ']
+  const permissions = Array.from({ length: 40 }, (_, i) => ({
+    id: `s_${String(i).padStart(2, '0')}`,
+    resource_id: 'shelf-api',
+    // 17 is prime to 40: a permutation of the ids' order.
+    name: `n${String((i * 17) % 40).padStart(2, '0')}:shelf`,
+    ...(i % 4 === 0 ? {} : { description: texts[(i * 7) % texts.length] })
+  }))
+  const held = permissions.filter((_, i) => ![5, 22, 39].includes(i))
+  return {
+    resources: [{ id: 'shelf-api' }],
+    clients: [{ id: 'shelf-app' }],
+    permissions,
+    authorizations: [{ resource_id: 'shelf-api', client_id: 'shelf-app', permission_ids: held.map(({ id }) => id) }]
+  }
+}
+
+export const ordersPath = (client = 'app-a', resource = 'orders-api') =>
+  `/resources/${encodeURIComponent(resource)}/authorized_clients/${encodeURIComponent(client)}/permissions`
+
+/** The change history of a client's grants on a resource. */
+export const historyPath = (client = 'app-a', resource = 'orders-api') =>
+  `/resources/${encodeURIComponent(resource)}/authorized_clients/${encodeURIComponent(client)}/permission_changes`
+
+export interface ListedPermission { id: string, name: string, description?: string }
+export type SortKey = [keyof ListedPermission, 'asc' | 'desc']
+
+/**
+ * The documented order, as a comparator: each key in turn (missing descriptions last ascending,
+ * first descending), then id; text in byte order. Keys are taken as given: drop repeats first.
+ */
+export function compareListed (a: ListedPermission, b: ListedPermission, keys: SortKey[]): number {
+  for (const [property, direction] of [...keys, ['id', 'asc'] as SortKey]) {
+    const x = a[property]
+    const y = b[property]
+    if (x === y) continue
+    const ascending = x === undefined ? 1 : y === undefined ? -1 : x < y ? -1 : 1
+    return direction === 'asc' ? ascending : -ascending
+  }
+  return 0
+}
+
+// CI (and `npm run mutation`) run the property-based suites with a pinned seed, so a red run is the
+// code's doing and replays exactly; elsewhere each run explores a new one. FUZZ_SEED chooses: a
+// number, "pinned" or "random".
+const PINNED_SEED = 20261124
+
+/** The fast-check seed of this run, printed so any run can be replayed with FUZZ_SEED. */
+export function fastCheckSeed (t: { comment: (message: string) => void }): number {
+  const chosen = process.env.FUZZ_SEED ?? (process.env.CI ? 'pinned' : 'random')
+  const seed = chosen === 'pinned' ? PINNED_SEED : chosen === 'random' ? Date.now() % 2 ** 31 : Number(chosen)
+  t.comment(`fast-check seed ${seed} (replay with FUZZ_SEED=${seed})`)
+  return seed
+}

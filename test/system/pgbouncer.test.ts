@@ -1,0 +1,143 @@
+// The service through Debian's PgBouncer in transaction-pooling mode, as behind a managed pooler:
+// no session state and no named prepared statements may be relied on across transactions.
+// Needs the pgbouncer binary (CI installs Debian's package); skipped with a message otherwise.
+import { type ChildProcess, spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { existsSync, rmSync } from 'node:fs'
+import { rm, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
+import t, { type Test } from 'tap'
+import { freePort, temporaryFolder } from '../../db/embedded-postgres.js'
+import { seedDatabase } from '../../db/seed.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { atExit, endsWithTest } from '../support/at-exit.js'
+import { createTestDatabase } from '../support/database.js'
+import { build } from '../support/harness.js'
+import { deleteToken, readToken } from '../support/tokens.js'
+
+const binary = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((path) => existsSync(path))
+const SERVER_CONNECTIONS = 3
+
+if (!binary) {
+  t.plan(0, 'pgbouncer is not installed (apt-get install pgbouncer); CI installs it')
+} else {
+  const directUrl = new URL(await createTestDatabase(t))
+  const dir = await temporaryFolder('client-permissions-pgbouncer-')
+  const cancelRemoval = atExit(() => rmSync(dir, { recursive: true, force: true }))
+  const port = await freePort()
+  const database = directUrl.pathname.slice(1)
+  await writeFile(join(dir, 'pgbouncer.ini'), [
+    '[databases]',
+    `${database} = host=${directUrl.hostname} port=${directUrl.port} dbname=${database} ` +
+      `user=${decodeURIComponent(directUrl.username)}` +
+      // A server that asks none (TEST_DATABASE_URL without one): an empty `password=` is a syntax error.
+      (directUrl.password ? ` password=${decodeURIComponent(directUrl.password)}` : ''),
+    '[pgbouncer]',
+    'listen_addr = 127.0.0.1',
+    `listen_port = ${port}`,
+    'unix_socket_dir =',
+    'auth_type = any',
+    'pool_mode = transaction',
+    `default_pool_size = ${SERVER_CONNECTIONS}`,
+    'max_client_conn = 200',
+    'server_reset_query =',
+    ''
+  ].join('\n'), { mode: 0o644 })
+  // PgBouncer refuses to run as root: it then switches to the embedded PostgreSQL's user itself.
+  const asUser = process.getuid?.() === 0 ? ['-u', 'postgres'] : []
+  const bouncer: ChildProcess = endsWithTest(spawn(binary, [...asUser, join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] }))
+  let bouncerLog = ''
+  bouncer.stderr!.on('data', (chunk) => { bouncerLog += chunk })
+  t.teardown(async () => {
+    bouncer.kill('SIGINT')
+    if (bouncer.exitCode === null) await once(bouncer, 'exit')
+    await rm(dir, { recursive: true, force: true })
+    cancelRemoval()
+  })
+
+  const bouncerUrl = new URL(directUrl)
+  bouncerUrl.port = String(port)
+  for (let attempt = 0; ; attempt++) {
+    const probe = new pg.Client({ connectionString: bouncerUrl.toString() })
+    try {
+      await probe.connect()
+      await probe.end()
+      break
+    } catch (error) {
+      if (attempt > 50) throw new Error(`pgbouncer did not start: ${(error as Error).message}\n${bouncerLog}`)
+      await sleep(100)
+    }
+  }
+
+  const harness = await build(t, {
+    DATABASE_URL: bouncerUrl.toString(),
+    // The migration lock is a session lock: it needs a direct connection.
+    MIGRATIONS_DATABASE_URL: directUrl.toString(),
+    DATABASE_POOL_MAX: '20',
+    // PgBouncer 1.18 (Debian 12) in transaction mode cannot keep named prepared statements.
+    DATABASE_PREPARED_STATEMENTS: 'false',
+    // PgBouncer refuses startup parameters: statement_timeout belongs on the role here.
+    DATABASE_POOLER: 'transaction'
+  })
+  await seedDatabase(harness.app.db, ordersFixture())
+
+  t.test('the app\'s connections really share a few server connections (transaction pooling)', async (t) => {
+    const pids = await Promise.all(Array.from({ length: 20 }, () =>
+      harness.app.db.query<{ pid: number }>('SELECT pg_backend_pid() AS pid, pg_sleep(0.05)').then(({ rows }) => rows[0].pid)))
+    t.ok(new Set(pids).size <= SERVER_CONNECTIONS, `${new Set(pids).size} server connections for 20 concurrent queries`)
+  })
+
+  t.test('both operations behave exactly as on a direct connection, under concurrency', async (t) => {
+    const sorts = ['name.asc', 'description.desc,name', 'id.desc', 'name.desc,id']
+    const lists = await Promise.all(Array.from({ length: 60 }, (_, i) =>
+      harness.request(`${ordersPath()}?limit=3&offset=${i % 4}&sort_by=${sorts[i % sorts.length]}`, { token: readToken() })))
+    t.same([...new Set(lists.map(({ status }) => status))], [200])
+    t.ok(lists.every(({ headers }) => headers.get('x-total-count') === '10'))
+
+    const unknown = await harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: ['p_read_orders', 'p_typo'] })
+    t.equal(unknown.status, 422)
+    const removals = await Promise.all(['p_read_orders', 'p_create_orders', 'p_read_orders', 'p_update_orders'].map((id) =>
+      harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: [id] })))
+    t.same(removals.map(({ status }) => status), [204, 204, 204, 204])
+    const after = await harness.request(`${ordersPath()}?limit=500`, { token: readToken() })
+    t.equal(after.headers.get('x-total-count'), '7')
+    t.notOk((after.body as Array<{ id: string }>).some(({ id }) => ['p_read_orders', 'p_create_orders', 'p_update_orders'].includes(id)))
+  })
+
+  /** The error a start fails with when its pool connects to `databaseUrl` (a start that succeeds fails the test). */
+  async function startFailure (t: Test, databaseUrl: URL, env: Record<string, string> = {}): Promise<Error & { code?: string, cause?: unknown }> {
+    // Migrations on a direct connection of their own: they succeed, and the pool's first query is the one that fails.
+    const started = build(t, { DATABASE_URL: databaseUrl.toString(), MIGRATIONS_DATABASE_URL: directUrl.toString(), DATABASE_PREPARED_STATEMENTS: 'false', ...env })
+    return started.then(() => { throw new Error('the start succeeded') }, (error: Error) => error)
+  }
+
+  t.test('without DATABASE_POOLER=transaction the start fails, saying what to set', async (t) => {
+    const error = await startFailure(t, bouncerUrl)
+    t.match(error.message, /unsupported startup parameter.*set DATABASE_POOLER=transaction/)
+    t.match(error.cause, { code: '08P01', message: /unsupported startup parameter/ }, 'the pooler\'s own error kept as the cause')
+  })
+
+  // The advice is for that refusal only: any other failure of the pool's first query stops the start as it is.
+  t.test('a first query failing for another reason stops the start with its own error', async (t) => {
+    const missingDatabase = new URL(directUrl)
+    missingDatabase.pathname = '/no_such_database'
+    const error = await startFailure(t, missingDatabase)
+    t.match(error, { code: '3D000', message: /database "no_such_database" does not exist/ })
+    t.notMatch(error.message, /DATABASE_POOLER/)
+  })
+
+  t.test('with DATABASE_POOLER=transaction no settings are sent: a refusal by the pooler is its own error', async (t) => {
+    const unknownToBouncer = new URL(bouncerUrl)
+    unknownToBouncer.pathname = '/not_in_pgbouncer_ini'
+    const error = await startFailure(t, unknownToBouncer, { DATABASE_POOLER: 'transaction' })
+    // PgBouncer 1.18 says "bouncer config error" for a database missing from its configuration.
+    t.match(error, { code: '08P01', message: /bouncer config error/ })
+    t.notMatch(error.message, /DATABASE_POOLER/)
+  })
+
+  t.test('readiness goes through the pooler too', async (t) => {
+    t.equal((await harness.request('/readyz')).status, 200)
+  })
+}
