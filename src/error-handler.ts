@@ -11,6 +11,7 @@ export function sendProblem (reply: FastifyReply, problem: Problem): FastifyRepl
   // Answered before its body arrived (401, 403, 405, 413, 415...): the connection is closed rather
   // than kept reading a body nobody will use, which a slow sender could stretch for ever.
   if (!reply.request.raw.complete) reply.header('connection', 'close')
+  // Stryker disable next-line all: traced only in test/system/tracing.test.ts, whose service runs as a process of its own
   requestSpan(reply.request)?.setAttribute('problem.type', problem.type)
   return reply.code(problem.status).headers(problem.headers).type(PROBLEM_CONTENT_TYPE)
     .send({ ...problem.toJSON(), request_id: reply.request.id })

@@ -150,15 +150,18 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
   fastify.addHook('onRequest', async function authorize (request) {
     const { config } = request.routeOptions
     if (config.public === true || request.is404) {
+      // Stryker disable next-line all: traced only in test/system/tracing.test.ts (a process of its own)
       requestSpan(request)?.setAttribute('auth.outcome', 'public')
       return
     }
     try {
       await authenticate(request, config.scopes ?? [])
     } catch (error) {
+      // Stryker disable next-line all: traced only in test/system/tracing.test.ts (a process of its own)
       requestSpan(request)?.setAttribute('auth.outcome', error instanceof Problem ? problemNameOf(error.type) : 'error')
       throw error
     }
+    // Stryker disable next-line all: traced only in test/system/tracing.test.ts (a process of its own)
     requestSpan(request)?.setAttribute('auth.outcome', 'allowed')
   })
 }, { name: 'auth' })
