@@ -1,6 +1,7 @@
 // How the system tests start the service as operators run it: src/server.ts in a process of its own.
 import { join } from 'node:path'
 import { projectRoot } from '../../src/project-root.js'
+import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, TEST_SECRET } from './tokens.js'
 
 /**
  * The real server as `node --import tsx src/server.ts`, so that a signal reaches the server itself:
@@ -9,3 +10,20 @@ import { projectRoot } from '../../src/project-root.js'
  * drain).
  */
 export const serverProcess = { command: process.execPath, args: ['--import', 'tsx', join(projectRoot, 'src', 'server.ts')] }
+
+/**
+ * What the server needs to start under production rules on `databaseUrl`: a free port on loopback,
+ * the tests' key, issuer and audience, and event-loop shedding off (other test files share the
+ * cores: lag there is theirs; shedding is test/plugins/pressure.test.ts's).
+ */
+export const productionServerEnv = (databaseUrl: string) => ({
+  PATH: process.env.PATH,
+  NODE_ENV: 'production',
+  HOST: '127.0.0.1',
+  PORT: '0',
+  DATABASE_URL: databaseUrl,
+  JWT_SECRET: TEST_SECRET,
+  JWT_ISSUER: PRODUCTION_ISSUER,
+  JWT_AUDIENCE: PRODUCTION_AUDIENCE,
+  MAX_EVENT_LOOP_DELAY_MS: '0'
+})

@@ -10,8 +10,8 @@ import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { endsWithTest } from '../support/at-exit.js'
 import { createTestDatabase } from '../support/database.js'
 import { build } from '../support/harness.js'
-import { serverProcess } from '../support/server-process.js'
-import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, readToken, TEST_SECRET, token as tokenWith } from '../support/tokens.js'
+import { productionServerEnv, serverProcess } from '../support/server-process.js'
+import { productionClaims, readToken, token as tokenWith } from '../support/tokens.js'
 
 t.test('draining: /readyz → 503 shutting-down while liveness and the API still answer', async (t) => {
   const harness = await build(t)
@@ -58,19 +58,10 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
   const databaseUrl = await createTestDatabase(t)
   const child = endsWithTest(spawn(serverProcess.command, serverProcess.args, {
     env: {
-      PATH: process.env.PATH,
-      NODE_ENV: 'production',
-      HOST: '127.0.0.1',
-      PORT: '0',
-      DATABASE_URL: databaseUrl,
-      JWT_SECRET: TEST_SECRET,
-      JWT_ISSUER: PRODUCTION_ISSUER,
-      JWT_AUDIENCE: PRODUCTION_AUDIENCE,
+      ...productionServerEnv(databaseUrl),
       // Longer than this test's readiness check can take on a loaded machine: the "gateway" must see
       // readiness fail and stop sending before the listener closes, or its next connections are reset.
-      SHUTDOWN_DELAY_MS: '2000',
-      // Other test files share the cores: lag here is theirs (shedding: test/plugins/pressure.test.ts).
-      MAX_EVENT_LOOP_DELAY_MS: '0'
+      SHUTDOWN_DELAY_MS: '2000'
     },
     stdio: ['ignore', 'pipe', 'pipe']
   }))

@@ -15,9 +15,9 @@ import { migrationsDir, projectRoot } from '../../src/project-root.js'
 import { endsWithTest } from '../support/at-exit.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { createTestDatabase } from '../support/database.js'
-import { serverProcess } from '../support/server-process.js'
+import { productionServerEnv, serverProcess } from '../support/server-process.js'
 import { callerTraceparent, otlpReceiver, type ReceivedSpan } from '../support/otlp-receiver.js'
-import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from '../support/tokens.js'
+import { productionClaims, TEST_SECRET, token } from '../support/tokens.js'
 
 const SERVER_KIND = 2
 
@@ -32,19 +32,7 @@ interface Running { child: ChildProcess, output: () => string, url: string }
 /** src/server.ts in production with `env` added, once it listens. */
 async function startServer (env: Record<string, string>): Promise<Running> {
   const child = endsWithTest(spawn(serverProcess.command, serverProcess.args, {
-    env: {
-      PATH: process.env.PATH,
-      NODE_ENV: 'production',
-      HOST: '127.0.0.1',
-      PORT: '0',
-      DATABASE_URL: databaseUrl,
-      JWT_SECRET: TEST_SECRET,
-      JWT_ISSUER: PRODUCTION_ISSUER,
-      JWT_AUDIENCE: PRODUCTION_AUDIENCE,
-      // Other test files share the cores: lag here is theirs (shedding: test/plugins/pressure.test.ts).
-      MAX_EVENT_LOOP_DELAY_MS: '0',
-      ...env
-    },
+    env: { ...productionServerEnv(databaseUrl), ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   }))
   let output = ''
