@@ -15,7 +15,7 @@ import { loadScale, RESOURCE_ID, SMALL_CLIENT } from '../db/bench-data.js'
 import { freePort, startThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
-import { type Command, isEntryPoint, openingComment, readCommandLine } from './command.js'
+import { type Command, isEntryPoint, openingComment, readCommandLine } from '../src/command-line.js'
 
 const CONNECTIONS = 50
 

@@ -52,7 +52,7 @@ import { buildRevision } from './bench/revision.js'
 import { cells, columns, machineCeiling, markdownTable, type Row, type TableRun } from './bench/table.js'
 import { measureTracing, TRACING_SCENARIO, tracingSummary, type TracingReport } from './bench/tracing.js'
 import { measureWrites, WRITE_SCENARIOS } from './bench/writes.js'
-import { type Command, isEntryPoint, openingComment, readCommandLine } from './command.js'
+import { type Command, isEntryPoint, openingComment, readCommandLine } from '../src/command-line.js'
 
 /** The settings, from the environment: the opening comment documents each. */
 function settingsOf (env: NodeJS.ProcessEnv): BenchSettings {

@@ -3,7 +3,7 @@
 import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir } from '../src/project-root.js'
-import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine } from './command.js'
+import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine } from '../src/command-line.js'
 import { withDatabase } from './database.js'
 
 const command = {

@@ -5,7 +5,7 @@
 // Run as a process it calls pruneChangesCommand.
 import pg from 'pg'
 import { pruneChanges } from '../db/queries/history.js'
-import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from './command.js'
+import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from '../src/command-line.js'
 import { withDatabase } from './database.js'
 
 const command = {

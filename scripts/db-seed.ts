@@ -6,7 +6,7 @@ import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
 import { assertSeedData, SeedError, seedDatabase } from '../db/seed.js'
 import { migrationsDir } from '../src/project-root.js'
-import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from './command.js'
+import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from '../src/command-line.js'
 import { withDatabase } from './database.js'
 
 const command = {

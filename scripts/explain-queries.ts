@@ -12,7 +12,7 @@ import { migrationsDir } from '../src/project-root.js'
 import { unauthorizeSql } from '../db/queries/change.js'
 import { listGrantedPermissionsSql } from '../db/queries/list.js'
 import { parseSortBy } from '../db/queries/sort.js'
-import { type Command, isEntryPoint, readCommandLine, usageError } from './command.js'
+import { type Command, isEntryPoint, readCommandLine, usageError } from '../src/command-line.js'
 
 const command = {
   usage: 'npm run -s db:explain [-- GRANTS]',

@@ -8,7 +8,7 @@ import openapiTS, { astToString } from 'openapi-typescript'
 import { buildOperations } from '../src/operations.js'
 import { projectRoot, specJsonPath } from '../src/project-root.js'
 import { dereferencedSpec, specAsWritten } from '../src/spec.js'
-import { type Command, isEntryPoint, readCommandLine } from './command.js'
+import { type Command, isEntryPoint, readCommandLine } from '../src/command-line.js'
 
 const command = {
   usage: 'npm run -s generate [-- --check]',

@@ -10,7 +10,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { projectRoot } from '../src/project-root.js'
-import { type Command, isEntryPoint, readCommandLine, usageError } from './command.js'
+import { type Command, isEntryPoint, readCommandLine, usageError } from '../src/command-line.js'
 import { runBin, withTestDatabase } from './test-database.js'
 
 interface Area { name: string, mutate: string[], testFiles: string[], concurrency?: number }

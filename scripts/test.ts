@@ -1,7 +1,9 @@
 // npm test: runs tap against a real PostgreSQL: TEST_DATABASE_URL when given, else a throwaway
-// embedded cluster made for this run. Arguments pass through to tap (npm test -- test/x.test.ts),
-// so tap judges them; only --help/-h is answered here, before any database is made.
-import { type Command, helpOf, isEntryPoint } from './command.js'
+// embedded cluster made for this run. Arguments pass through to tap (npm test -- test/x.test.ts);
+// --help/-h is answered here, and tap's own reading of its options refuses what it does not know,
+// both before any database is made.
+import { TapConfig } from '@tapjs/config'
+import { type Command, helpOf, isEntryPoint, usageError } from '../src/command-line.js'
 import { runWithTestDatabase } from './test-database.js'
 
 const command = {
@@ -18,6 +20,13 @@ async function main (args: string[]): Promise<number> {
   if (options.includes('--help') || options.includes('-h')) {
     console.log(helpOf(command))
     return 0
+  }
+  // tap reads process.argv the same way when it runs; a refusal there would come after the
+  // database is made, as a stack trace.
+  try {
+    await TapConfig.load()
+  } catch (error) {
+    return usageError(command, (error as Error).message.split('. To specify a positional argument')[0])
   }
   return await runWithTestDatabase('tap', args)
 }

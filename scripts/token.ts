@@ -5,7 +5,7 @@
 // the image) it calls tokenCommand.
 import { type Config, isProduction, loadConfig } from '../src/config.js'
 import { everyScope, signToken, withLocalDefaults } from '../src/local-dev.js'
-import { type Command, type Output, isEntryPoint, processOutput, readCommandLine, usageError } from './command.js'
+import { type Command, type Output, isEntryPoint, processOutput, readCommandLine, usageError } from '../src/command-line.js'
 
 const command = {
   usage: 'npm run -s token -- [--scope SCOPES] [--expires-in SECONDS]',

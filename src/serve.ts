@@ -47,9 +47,11 @@ export async function serve (tracing?: Tracing): Promise<void> {
   const usingLocalSecret = !hasJwtKey(config)
   let localDatabase: RunningPostgres | undefined
   if (!config.DATABASE_URL) {
+    const port = config.EMBEDDED_POSTGRES_PORT
     localDatabase = await openLocalDatabase({
-      port: config.EMBEDDED_POSTGRES_PORT, takeOver: true, log: (message) => console.log(message)
-    }).catch((error: Error) => fail(`Could not start the embedded PostgreSQL: ${error.message}`))
+      port, takeOver: true, log: (message) => console.log(message)
+    }).catch((error: Error) => fail(`Could not start the embedded PostgreSQL (EMBEDDED_POSTGRES_PORT=${port}; ` +
+      `set another port, or DATABASE_URL for a server of your own): ${error.message}`))
   }
   if (!isProduction(config)) config = await withLocalDefaults(config, localDatabase)
 

@@ -1,6 +1,19 @@
-// The process's entry point. Tracing, when the OTEL_* variables ask for it, starts before anything
-// else is loaded: pg's instrumentation patches pg as it loads (src/tracing.ts). Then the service.
+// The process's entry point (npm start, the container's command). It takes no arguments: it is
+// configured by environment variables (docs/configuration.md), so --help/-h says that and starts
+// nothing, and any other argument is refused rather than ignored. Tracing, when the OTEL_*
+// variables ask for it, starts before anything else is loaded: pg's instrumentation patches pg as
+// it loads (src/tracing.ts). Then the service.
+import { readCommandLine } from './command-line.js'
 import { startTracing, type Tracing } from './tracing.js'
+
+const commandLine = readCommandLine({
+  usage: 'npm start',
+  about: 'Runs the service. It is configured by environment variables, not arguments: docs/configuration.md lists\n' +
+    'them. Without DATABASE_URL (and outside production) it runs on an embedded PostgreSQL in .data/ with demo\n' +
+    'data, and prints a token to try it with.',
+  options: {}
+}, process.argv.slice(2))
+if (typeof commandLine === 'number') process.exit(commandLine)
 
 let tracing: Tracing | undefined
 try {

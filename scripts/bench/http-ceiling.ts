@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs'
 import Fastify from 'fastify'
 import { operations } from '../../src/generated/operations.js'
 import { validatorCompiler } from '../../src/validation.js'
-import { isEntryPoint } from '../command.js'
+import { isEntryPoint } from '../../src/command-line.js'
 
 /** What the ceiling answers: the page for each query string the benchmark sends. */
 export interface CeilingPages { [search: string]: { body: unknown[], total: number, link: string } }

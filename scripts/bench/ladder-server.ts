@@ -37,7 +37,7 @@ import type * as RequestId from '../../src/request-id.js'
 import type * as ListRoute from '../../src/routes/permissions/list.js'
 import type * as Target from '../../src/routes/permissions/target.js'
 import type * as Validation from '../../src/validation.js'
-import { isEntryPoint } from '../command.js'
+import { isEntryPoint } from '../../src/command-line.js'
 import { idealListSql } from './best-sql.js'
 
 const STEPS = ['minimal', 'validated', 'pool', 'statement', 'auth-hs256', 'auth-rs256', 'hooks', 'headers'] as const

@@ -7,7 +7,7 @@ import { once } from 'node:events'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { gunzipSync } from 'node:zlib'
-import { isEntryPoint } from '../command.js'
+import { isEntryPoint } from '../../src/command-line.js'
 
 export interface SinkCounts { requests: number, bytes: number, spans: number }
 
