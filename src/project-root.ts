@@ -19,3 +19,5 @@ export const specPath = join(projectRoot, 'openapi', 'openapi.yaml')
 /** The same document as JSON, written by `npm run generate`: what the service serves. */
 export const specJsonPath = join(projectRoot, 'openapi', 'openapi.json')
 export const migrationsDir = join(projectRoot, 'db', 'migrations')
+/** Where `npm test` transpiles the project to run its tests as JavaScript (scripts/test.ts). */
+export const testBuildDir = join(projectRoot, '.test-build')

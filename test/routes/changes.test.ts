@@ -9,6 +9,7 @@ import { pruneChanges } from '../../db/queries/history.js'
 import { projectRoot } from '../../src/project-root.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build, type Harness } from '../support/harness.js'
+import { nodeArgsOf } from '../support/node-args.js'
 import { captureLogs } from '../support/logs.js'
 import { readToken, token } from '../support/tokens.js'
 
@@ -167,11 +168,11 @@ t.test('pruning: changes older than the given age go, newer ones stay; the comma
   t.same((await history()).changes.map((recorded) => recorded.permission_ids), [['p_update_orders'], ['p_create_orders']])
   const databaseUrl = (harness.db as unknown as { options: { connectionString: string } }).options.connectionString
   const run = promisify(execFile)
-  const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
-  const { stdout } = await run(tsx, [join(projectRoot, 'scripts', 'db-prune-changes.ts'), '--older-than', '1'], { env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl } })
+  const prune = nodeArgsOf('scripts/db-prune-changes.ts')
+  const { stdout } = await run(process.execPath, [...prune, '--older-than', '1'], { env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl } })
   t.equal(stdout.trim(), 'Pruned 1 change recorded more than 1 day ago.')
   t.same((await history()).changes.map((recorded) => recorded.permission_ids), [['p_update_orders']], 'today\'s change stays')
-  const refused = await run(tsx, [join(projectRoot, 'scripts', 'db-prune-changes.ts'), '--older-than', '0'], { env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl } })
+  const refused = await run(process.execPath, [...prune, '--older-than', '0'], { env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl } })
     .catch((error: { code: number, stderr: string }) => error)
   t.match(refused, { code: 2, stderr: /--older-than must be a whole number of days, at least 1/ })
 })

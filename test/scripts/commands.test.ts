@@ -9,18 +9,18 @@ import { join } from 'node:path'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import { projectRoot } from '../../src/project-root.js'
+import { nodeArgsOf } from '../support/node-args.js'
 
-const tsx = join(projectRoot, 'node_modules', '.bin', 'tsx')
 const literally = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
 
 interface Run { code: number | null, stdout: string, stderr: string }
 
 /**
  * Runs the script in a process group of its own: when a command starts work after all (a
- * benchmark, a cluster), the timeout stops all of it, not only tsx.
+ * benchmark, a cluster), the timeout stops all of it.
  */
 async function run (script: string, args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
-  const child = spawn(tsx, [script, ...args], { cwd: projectRoot, env, detached: true })
+  const child = spawn(process.execPath, [...nodeArgsOf(script), ...args], { cwd: projectRoot, env, detached: true })
   let stdout = ''
   let stderr = ''
   child.stdout.on('data', (chunk: Buffer) => { stdout += chunk.toString() })

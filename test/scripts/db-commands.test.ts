@@ -9,16 +9,17 @@ import pg from 'pg'
 import t from 'tap'
 import { projectRoot } from '../../src/project-root.js'
 import { createTestDatabase } from '../support/database.js'
+import { nodeArgsOf } from '../support/node-args.js'
 
 interface Run { code: number | null, stdout: string, stderr: string }
 
 /**
  * Runs scripts/SCRIPT with DATABASE_URL; resolves with the exit code and output, whatever the code.
- * `node --import tsx`, as the system tests start the server: one process, where tsx's CLI is two.
+ * Run by node as the system tests start the server (support/node-args.ts): one process, where tsx's CLI is two.
  */
 function cli (script: string, args: string[], databaseUrl: string): Promise<Run> {
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, ['--import', 'tsx', join('scripts', script), ...args], {
+    execFile(process.execPath, [...nodeArgsOf(`scripts/${script}`), ...args], {
       cwd: projectRoot,
       env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl },
       timeout: 60_000

@@ -8,17 +8,18 @@ import { createVerifier } from 'fast-jwt'
 import t from 'tap'
 import { projectRoot } from '../../src/project-root.js'
 import { specAsWritten } from '../../src/spec.js'
+import { nodeArgsOf } from '../support/node-args.js'
 import { TEST_SECRET } from '../support/tokens.js'
 
 const run = promisify(execFile)
 
 /**
- * scripts/token.ts in a process of its own, with JWT_SECRET unless `env` says otherwise. `node
- * --import tsx`, as the system tests start the server: one process, where tsx's CLI is two.
+ * scripts/token.ts in a process of its own, with JWT_SECRET unless `env` says otherwise; run by node
+ * as the system tests start the server (support/node-args.ts): one process, where tsx's CLI is two.
  */
 async function token (args: string[], env: Record<string, string> = {}) {
   try {
-    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', join(projectRoot, 'scripts', 'token.ts'), ...args], {
+    const { stdout, stderr } = await run(process.execPath, [...nodeArgsOf('scripts/token.ts'), ...args], {
       cwd: projectRoot,
       env: { PATH: process.env.PATH, JWT_SECRET: TEST_SECRET, ...env }
     })

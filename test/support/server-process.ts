@@ -1,15 +1,14 @@
 // How the system tests start the service as operators run it: src/server.ts in a process of its own.
-import { join } from 'node:path'
-import { projectRoot } from '../../src/project-root.js'
+import { nodeArgsOf } from './node-args.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, TEST_SECRET } from './tokens.js'
 
 /**
- * The real server as `node --import tsx src/server.ts`, so that a signal reaches the server itself:
- * tsx's CLI relays signals through a parent that SIGKILLs a child which has not acknowledged one
- * within 30 ms, and a loaded machine is slower than that (a SIGTERM test then sees a kill, not a
- * drain).
+ * The real server as `node` runs it (its build, or its source under `--import tsx`), never through
+ * tsx's CLI, so that a signal reaches the server itself: tsx's CLI relays signals through a parent
+ * that SIGKILLs a child which has not acknowledged one within 30 ms, and a loaded machine is slower
+ * than that (a SIGTERM test then sees a kill, not a drain).
  */
-export const serverProcess = { command: process.execPath, args: ['--import', 'tsx', join(projectRoot, 'src', 'server.ts')] }
+export const serverProcess = { command: process.execPath, args: nodeArgsOf('src/server.ts') }
 
 /**
  * What the server needs to start under production rules on `databaseUrl`: a free port on loopback,

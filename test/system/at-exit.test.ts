@@ -10,6 +10,7 @@ import pg from 'pg'
 import t from 'tap'
 import { projectRoot } from '../../src/project-root.js'
 import { testDatabaseUrl } from '../support/database.js'
+import { nodeArgsOf } from '../support/node-args.js'
 
 const strykerHook = join(projectRoot, 'node_modules', '@stryker-mutator', 'tap-runner', 'dist', 'src', 'setup', 'hook.cjs')
 
@@ -28,7 +29,7 @@ async function stopped (pid: number): Promise<boolean> {
 }
 
 t.test('a test file SIGTERMed under Stryker leaves no process, server, folder or database behind', async (t) => {
-  const file = spawn(process.execPath, ['-r', strykerHook, '--import', 'tsx', join(projectRoot, 'test', 'system', 'at-exit.fixture.ts')], {
+  const file = spawn(process.execPath, ['-r', strykerHook, ...nodeArgsOf('test/system/at-exit.fixture.ts')], {
     cwd: projectRoot,
     stdio: ['ignore', 'ignore', 'pipe']
   })

@@ -7,6 +7,7 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { pathToFileURL } from 'node:url'
 import pg from 'pg'
 import t from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
@@ -15,6 +16,7 @@ import { migrationsDir, projectRoot } from '../../src/project-root.js'
 import { endsWithTest } from '../support/at-exit.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { createTestDatabase } from '../support/database.js'
+import { loaderArgs, runnableOf } from '../support/node-args.js'
 import { productionServerEnv, serverProcess } from '../support/server-process.js'
 import { callerTraceparent, otlpReceiver, type ReceivedSpan } from '../support/otlp-receiver.js'
 import { productionClaims, TEST_SECRET, token } from '../support/tokens.js'
@@ -218,13 +220,13 @@ t.test('no exporter configured: the whole service loads, and no part of the Open
   // imports them all), in a process of its own; what Node's module cache holds after.
   const probe = `
     const { createRequire } = await import('node:module')
-    const { startTracing } = await import('./src/tracing.js')
+    const { startTracing } = await import(${JSON.stringify(pathToFileURL(runnableOf('src/tracing.ts')).href)})
     const started = await startTracing()
-    await import('./src/serve.js')
+    await import(${JSON.stringify(pathToFileURL(runnableOf('src/serve.ts')).href)})
     const loaded = Object.keys(createRequire(import.meta.url).cache)
     console.log(JSON.stringify({ started: started !== undefined, pg: loaded.some((file) => file.includes('/node_modules/pg/')), sdk: loaded.filter((file) => /@opentelemetry\\/(?!api\\/)|@fastify\\/otel/.test(file)) }))`
   for (const env of [{}, { OTEL_TRACES_EXPORTER: 'none', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' }, { OTEL_SDK_DISABLED: 'true', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318' }]) {
-    const result = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', probe], {
+    const result = spawnSync(process.execPath, [...loaderArgs, '--input-type=module', '-e', probe], {
       env: { PATH: process.env.PATH, ...env }, cwd: projectRoot, encoding: 'utf8', timeout: 60_000
     })
     t.equal(result.status, 0, result.stderr)
