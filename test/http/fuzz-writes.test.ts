@@ -95,6 +95,6 @@ t.test('generated credentials: 401 with a Bearer challenge unless the token is r
   t.pass(`${RUNS} credentials`)
 })
 
-t.test('at least 6,000 generated requests reached the service', async (t) => {
-  t.ok(sent() >= 6_000, `${sent()} requests`)
+t.test('every run of the three properties reached the service', async (t) => {
+  t.ok(sent() >= 3 * RUNS, `${sent()} requests`)
 })
