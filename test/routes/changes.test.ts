@@ -1,12 +1,10 @@
 // The change history: written with each change in its transaction, listed newest first by cursor,
 // announced on the permission_changes channel at commit, pruned by age.
 import { execFile } from 'node:child_process'
-import { join } from 'node:path'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import t from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
-import { projectRoot } from '../../src/project-root.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build, type Harness } from '../support/harness.js'
 import { nodeArgsOf } from '../support/node-args.js'

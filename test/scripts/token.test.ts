@@ -2,7 +2,6 @@
 // Each case runs the real script in a process. Its -h and an unknown option, as every command's:
 // commands.test.ts.
 import { execFile } from 'node:child_process'
-import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { createVerifier } from 'fast-jwt'
 import t from 'tap'
