@@ -104,6 +104,25 @@ t.test('each problem of the spec, word for word, with its headers', async (t) =>
       status: 503,
       detail: 'This replica is shutting down; send new requests to another one.'
     }, { 'retry-after': '1' }],
+    [problems.starting(), {
+      type: '/problems/starting',
+      title: 'Starting',
+      status: 503,
+      detail: 'This replica has started, but its event loop has not been calm yet; send requests to another one.'
+    }, { 'retry-after': '1' }],
+    [problems.changesPruned('12', '40'), {
+      type: '/problems/changes-pruned',
+      title: 'Changes pruned',
+      status: 410,
+      detail: 'Changes after 12 have been pruned (through 40): they can no longer be read. Start again without after, from the oldest change kept.',
+      pruned_through: '40'
+    }, {}],
+    [problems.tooManyStreams(100), {
+      type: '/problems/overloaded',
+      title: 'Overloaded',
+      status: 503,
+      detail: 'This replica already streams the change feed to 100 consumers. Retry in 5 seconds, or poll.'
+    }, { 'retry-after': '5' }],
     [problems.internal(), {
       type: 'about:blank', title: 'Internal Server Error', status: 500, detail: 'An unexpected error occurred. It has been logged.'
     }, {}]
@@ -112,6 +131,9 @@ t.test('each problem of the spec, word for word, with its headers', async (t) =>
     t.same(problem.toJSON(), body, String(body.type))
     t.same(problem.headers, headers, `${body.type} headers`)
   }
+  // Counted apart from the service's overload in requests_shed_total.
+  t.equal(problems.tooManyStreams(100).shedReason, 'feed_streams')
+  t.equal(problems.overloaded().shedReason, undefined)
 })
 
 t.test('about:blank titles are RFC 9110 status phrases, in their current spelling', async (t) => {
@@ -208,8 +230,25 @@ t.test('parameterHint: the same name spelled otherwise, a name other APIs use, o
     ['resource', feed, 'did you mean resource_id?'],
     ['cursor', history, 'before is the cursor: the id of the last change seen'],
     ['since', history, undefined],
-    ['page', [], undefined]
+    ['page', [], undefined],
+    // Two neighbours swapped twice: two edits as swaps, four as single letters.
+    ['ilmti', list, 'did you mean limit?'],
+    // Four letters allow one edit: aftx is two from after.
+    ['aftx', feed, undefined],
+    ['aftr', feed, 'did you mean after?'],
+    // The nearest wins, and the first of those as near.
+    ['limits', ['limit', 'lxmxts'], 'did you mean limit?'],
+    ['limitx', ['limitz', 'limity'], 'did you mean limitz?']
   ]
+  // Every name other APIs use, as the hint table lists them, spelled as callers do.
+  const guessed: Array<[string[], string[], string]> = [
+    [['page', 'pageNumber', 'page_no', 'pagenum', 'pageIndex'], list, 'offset is the page number'],
+    [['per-page', 'pageSize', 'size', 'max', 'top', 'take'], list, 'limit is the page size'],
+    [['sort', 'order', 'orderBy', 'ordering', 'sortOrder', 'sort_key'], list, 'did you mean sort_by?'],
+    [['cursor', 'since', 'from', 'startAfter', 'last_id', 'Last-Event-ID'], feed, 'after is the cursor: the id of the last change seen'],
+    [['cursor', 'until', 'start_before', 'lastId'], history, 'before is the cursor: the id of the last change seen']
+  ]
+  for (const [names, parameters, hint] of guessed) for (const name of names) cases.push([name, parameters, hint])
   for (const [name, parameters, hint] of cases) t.equal(parameterHint(name, parameters), hint, `${name} among ${parameters.join(', ')}`)
 })
 
@@ -290,6 +329,9 @@ async function appWithLogs (t: Test) {
   })
   // What shedding on event-loop lag throws: the problem itself, no database error behind it.
   app.get('/shed', async () => { throw problems.overloaded() })
+  // What readiness answers while a replica starts or drains.
+  app.get('/starting', async () => { throw problems.starting() })
+  app.get('/shutting-down', async () => { throw problems.shuttingDown() })
   t.teardown(() => app.close())
   await app.ready()
   return { app, lines }
@@ -325,6 +367,17 @@ t.test('errorHandler: a shed request is a warning with its reason, not an error'
   const shed = await app.inject('/shed')
   t.equal(shed.statusCode, 503)
   t.same(lines.map(({ level, msg, reason }) => ({ level, msg, reason })), [{ level: 40, msg: 'request shed', reason: 'event_loop' }])
+})
+
+t.test('errorHandler: a replica starting or shutting down is its lifecycle: a line at info, no error', async (t) => {
+  const { app, lines } = await appWithLogs(t)
+  for (const [path, title] of [['/starting', 'Starting'], ['/shutting-down', 'Shutting down']]) {
+    lines.length = 0
+    const res = await app.inject(path)
+    t.equal(res.statusCode, 503, path)
+    t.same(lines.map(({ level, msg, status, type, err }) => ({ level, msg, status, type, err })),
+      [{ level: 30, msg: title, status: 503, type: `/problems${path}`, err: undefined }], path)
+  }
 })
 
 t.test('frameworkErrors: a broken percent-encoding is a 400 of its own; other router errors go through toProblem', async (t) => {
