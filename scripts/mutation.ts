@@ -55,8 +55,9 @@ const areas: Area[] = [
   {
     name: 'history',
     mutate: ['src/routes/permissions/changes.ts', 'db/queries/history.ts'],
+    // replicas last: a history read with its position (a replica's Consistency-Token).
     testFiles: ['test/routes/changes.test.ts', 'test/routes/grant.test.ts', 'test/routes/unauthorize.test.ts', 'test/routes/preconditions.test.ts',
-      'test/routes/list.test.ts']
+      'test/routes/list.test.ts', 'test/system/replicas.test.ts']
   },
   {
     name: 'auth',
@@ -76,7 +77,10 @@ const areas: Area[] = [
     // skipped where pgbouncer is not installed, and those mutants then count as not covered.
     // registration.test first: under a second, and it kills what breaks a plugin's registration.
     testFiles: ['test/plugins/registration.test.ts', 'test/db/pool.test.ts', 'test/plugins/metrics.test.ts', 'test/http/observability.test.ts', 'test/plugins/docs.test.ts',
-      'test/system/pgbouncer.test.ts', 'test/plugins/pressure.test.ts', 'test/system/shutdown.test.ts', 'test/db/overload.test.ts', 'test/system/outage.test.ts'],
+      'test/system/pgbouncer.test.ts', 'test/plugins/pressure.test.ts', 'test/system/shutdown.test.ts', 'test/db/overload.test.ts', 'test/system/outage.test.ts',
+      // readiness while starting; then the reads routed to replicas, their fallbacks and metrics
+      // (58 of plugins/db.ts's mutants and 48 of plugins/metrics.ts's had no test before them, 2026-11-26).
+      'test/routes/health.test.ts', 'test/system/replicas.test.ts'],
     // These files mostly wait (timeouts, a stopped database, a stalled loop): at the shared 4 the
     // two cores were idle a fifth of the time.
     concurrency: 6
