@@ -78,9 +78,10 @@ const areas: Area[] = [
     // registration.test first: under a second, and it kills what breaks a plugin's registration.
     testFiles: ['test/plugins/registration.test.ts', 'test/db/pool.test.ts', 'test/plugins/metrics.test.ts', 'test/http/observability.test.ts', 'test/plugins/docs.test.ts',
       'test/system/pgbouncer.test.ts', 'test/plugins/pressure.test.ts', 'test/system/shutdown.test.ts', 'test/db/overload.test.ts', 'test/system/outage.test.ts',
-      // readiness while starting; then the reads routed to replicas, their fallbacks and metrics
-      // (58 of plugins/db.ts's mutants and 48 of plugins/metrics.ts's had no test before them, 2026-11-26).
-      'test/routes/health.test.ts', 'test/system/replicas.test.ts'],
+      // readiness while starting; the reads routed to replicas, their fallbacks and metrics (58 of
+      // plugins/db.ts's mutants and 48 of plugins/metrics.ts's had no test before them, 2026-11-26);
+      // the change feed's stream gauges.
+      'test/routes/health.test.ts', 'test/system/replicas.test.ts', 'test/routes/feed-stream.test.ts'],
     // These files mostly wait (timeouts, a stopped database, a stalled loop): at the shared 4 the
     // two cores were idle a fifth of the time.
     concurrency: 6

@@ -201,6 +201,7 @@ t.test('a consumer that stops reading is cut when changes come while more than F
   }
   await until('the slow consumer cut', () => harness.app.feed.streams === 1, 60_000)
   t.equal(harness.app.feed.cut, 1, 'counted as cut')
+  t.match(await (await fetch(`${harness.baseUrl}/metrics`)).text(), /^feed_streams_cut 1$/m, 'in the metrics too')
   t.ok(logs.lines.some((line) => line.msg === 'change feed: consumer too slow, disconnected' && line.bufferBytes === 4096), 'logged')
   await reader.until('every change, by the consumer that reads', () => reader.events.length >= batches * perBatch, 60_000)
   const recorded = (await harness.db.query<{ id: string }>('SELECT id FROM permission_changes ORDER BY id')).rows.map(({ id }) => id)
@@ -233,6 +234,9 @@ t.test('FEED_MAX_STREAMS=2: a third stream → 503 overloaded with Retry-After, 
   t.match(JSON.parse(third.text()), { type: '/problems/overloaded', status: 503 })
   t.equal(harness.app.feed.streams, 2)
   t.equal((await harness.request('/permission_changes', { token: readToken() })).status, 200, 'polling')
+  const metrics = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  t.match(metrics, /^feed_streams 2$/m, 'the open streams, in the metrics')
+  t.match(metrics, /^requests_shed_total\{reason="feed_streams"\} 1$/m, 'the refused one counted apart from overload')
 
   first.close()
   await until('the closed stream counted out', () => harness.app.feed.streams === 1)
