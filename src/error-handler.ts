@@ -47,7 +47,7 @@ function messageOf (issue: ValidationIssue, location: FieldError['location']): s
 const GUESSED_NAMES: ReadonlyArray<{ names: readonly string[], parameter: string, hint: string }> = [
   { names: ['page', 'pagenumber', 'pageno', 'pagenum', 'pageindex'], parameter: 'offset', hint: 'offset is the page number' },
   { names: ['perpage', 'pagesize', 'size', 'max', 'top', 'take'], parameter: 'limit', hint: 'limit is the page size' },
-  { names: ['sort', 'order', 'orderby', 'ordering', 'sortorder', 'sortkey'], parameter: 'sort_by', hint: 'did you mean sort_by?' },
+  { names: ['sort', 'order', 'orderby', 'ordering', 'sortorder'], parameter: 'sort_by', hint: 'did you mean sort_by?' },
   { names: ['cursor', 'since', 'from', 'startafter', 'lastid', 'lasteventid'], parameter: 'after', hint: 'after is the cursor: the id of the last change seen' },
   { names: ['cursor', 'until', 'startbefore', 'lastid'], parameter: 'before', hint: 'before is the cursor: the id of the last change seen' }
 ]
@@ -64,7 +64,9 @@ function editDistance (a: string, b: string, most: number): number {
     const current = [i]
     for (let j = 1; j <= b.length; j++) {
       current[j] = Math.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1))
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) current[j] = Math.min(current[j], before[j - 2] + 1)
+      // A swap of two neighbours. On the first row or column a[-1] or b[-1] is undefined, equal to
+      // no letter, so the comparison itself keeps the indexes in range.
+      if (a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) current[j] = Math.min(current[j], before[j - 2] + 1)
     }
     [before, previous] = [previous, current]
   }
@@ -101,6 +103,7 @@ function unknownParameterErrors (issue: ValidationIssue, request?: FastifyReques
   const sent = Object.keys(request?.query ?? {})
   const unknown = sent.filter((name) => !parameters.includes(name))
   const named = issue.params.additionalProperty
+  // Stryker disable next-line ConditionalExpression: Ajv's additionalProperties error always names a string
   if (unknown.length === 0 && typeof named === 'string') unknown.push(named)
   return unknown.map((name) => {
     const hint = parameterHint(name, parameters)

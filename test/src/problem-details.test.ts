@@ -165,6 +165,15 @@ t.test('Fastify validation errors → invalid-request with a JSON pointer per is
   t.equal(where('body'), 'body')
   t.equal(where(undefined), 'body')
   t.equal(where('cookies'), 'body')
+  // Only the query's additional properties are parameters the operation does not have; elsewhere an
+  // additional property is an ordinary field error.
+  const additional = (validationContext: string) => toProblem(fastifyError({
+    validationContext,
+    validation: [{ instancePath: '', keyword: 'additionalProperties', message: 'must NOT have additional properties', params: { additionalProperty: 'x' } }]
+  } as unknown as FastifyError)).extensions.errors
+  t.same(additional('body'), [{ location: 'body', pointer: '/x', message: 'must NOT have additional properties' }])
+  t.same(additional('params'), [{ location: 'path', pointer: '/x', message: 'must NOT have additional properties' }])
+  t.same(additional('querystring'), [{ location: 'query', pointer: '/x', message: 'is not a parameter of this operation' }])
 })
 
 t.test('field error messages: a pattern in the spec\'s words, a body that is not an array as what to send, the rest as Ajv says', async (t) => {
@@ -238,6 +247,18 @@ t.test('parameterHint: the same name spelled otherwise, a name other APIs use, o
     ['aftr', feed, 'did you mean after?'],
     // The nearest wins, and the first of those as near.
     ['limits', ['limit', 'lxmxts'], 'did you mean limit?'],
+    ['limits', ['lxmxts', 'limit'], 'did you mean limit?'],
+    // Typos at either end, doubled or dropped letters, a swap: each one edit away.
+    ['offst', list, 'did you mean offset?'],
+    ['flimit', list, 'did you mean limit?'],
+    ['imit', list, 'did you mean limit?'],
+    ['limmit', list, 'did you mean limit?'],
+    ['limi', list, 'did you mean limit?'],
+    ['litit', list, 'did you mean limit?'],
+    // Three edits or more away, though a looser rule for swaps would take them for typos.
+    ['resoufrcbd', feed, undefined],
+    ['xotnby', list, undefined],
+    ['rtemsurceid', feed, undefined],
     ['limitx', ['limitz', 'limity'], 'did you mean limitz?']
   ]
   // Every name other APIs use, as the hint table lists them, spelled as callers do.
