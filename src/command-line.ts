@@ -5,9 +5,10 @@
 // (isEntryPoint), so importing it starts nothing.
 import { realpathSync } from 'node:fs'
 import { readFile } from 'node:fs/promises'
-import { resolve } from 'node:path'
+import { join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseArgs, type ParseArgsConfig } from 'node:util'
+import { projectRoot, testBuildDir } from './project-root.js'
 
 export interface Output {
   out: (line: string) => void
@@ -99,9 +100,15 @@ export function readCommandLine<Options extends Record<string, CommandOption>> (
   return commandLine as CommandLine<Options>
 }
 
-/** The comment a source file opens with, without its slashes: where a script documents itself. */
+/**
+ * The comment a source file opens with, without its slashes: where a script documents itself. Run
+ * from npm test's build (.test-build/, whose JavaScript keeps no comments), read from its source.
+ */
 export async function openingComment (file: URL): Promise<string> {
-  const lines = (await readFile(file, 'utf8')).split('\n')
+  const path = fileURLToPath(file)
+  const fromBuild = relative(testBuildDir, path)
+  const source = fromBuild.startsWith('..') ? path : join(projectRoot, fromBuild.replace(/\.js$/, '.ts'))
+  const lines = (await readFile(source, 'utf8')).split('\n')
   const end = lines.findIndex((line) => !line.startsWith('//'))
   return lines.slice(0, end).map((line) => line.replace(/^\/\/ ?/, '')).join('\n')
 }

@@ -62,7 +62,7 @@ for (const [index, { script, usage }] of commands.entries()) {
       const { code, stdout, stderr } = await run(script, [flag], env)
       t.equal(code, 0, `${flag}: ${stderr}`)
       t.equal(stderr, '', flag)
-      t.match(stdout, new RegExp(`^usage: ${literally(usage)}( .*)?\n`), `${flag}: the usage line first`)
+      t.match(stdout, new RegExp(`^usage: ${literally(usage)}( .*)?\n\\S`), `${flag}: the usage line first, then what the command does`)
       t.match(stdout, /\nOptions:\n(.*\n)* {2}-h, --help +print this help and exit\n$/, `${flag}: the options last`)
     }
   })
