@@ -11,8 +11,8 @@
 //                  "feed": the change feed polled and streamed, scripts/bench/feed-polling.ts and feed-fanout.ts;
 //                  "ladder": the ablation ladder, page 0 from a minimal Fastify + pg up to the service, a
 //                  layer at a time, beside the ceilings, scripts/bench/ladder.ts;
-//                  "tracing": page 0 with tracing off and on (always_on, to a local OTLP sink),
-//                  scripts/bench/tracing.ts)
+//                  "tracing": page 0 with tracing off, on (always_on, to a local OTLP sink) and
+//                  loaded but sampling nothing, scripts/bench/tracing.ts)
 //   BENCH_ROUNDS   rounds of the replica scenario, the ladder and the tracing scenario (default 5;
 //                  the ladder and the tracing scenario flag fewer)
 //   BENCH_FEED_CHANGES  the history the feed is polled from (default 50000)

@@ -127,6 +127,14 @@ export async function memoryOf (pid: number): Promise<{ rssMiB: number, rssPeakM
   return { rssMiB: mib('VmRSS'), rssPeakMiB: mib('VmHWM') }
 }
 
+/** CPU seconds a process has used so far, user and system (/proc/PID/stat, in clock ticks of 1/100 s). */
+export async function cpuSecondsOf (pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '')
+  // The fields after the command's name, which is in parentheses and may hold spaces.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
 async function fetchPage (url: string, headers: Record<string, string>) {
   const res = await fetch(url, { headers })
   return { status: res.status, body: await res.text(), headers: res.headers }

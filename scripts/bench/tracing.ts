@@ -4,6 +4,8 @@
 //   off     no OTEL_* variable: no SDK loaded (src/tracing.ts)
 //   on      OTEL_EXPORTER_OTLP_ENDPOINT to a local sink (scripts/bench/otlp-sink.ts, its own process),
 //           OTEL_TRACES_SAMPLER=always_on: every request traced; http/protobuf and the batch's defaults
+//   unsampled  the same with OTEL_TRACES_SAMPLER=always_off: tracing loaded, no request recorded, as
+//           most requests are under a ratio sampler (what sampling leaves of the cost)
 //   before  with BENCH_TRACING_BASELINE: the service built at that revision, no OTEL_* variable
 // First a guard: every variant answers the page with the same status and body, byte for byte, and
 // the sink receives the spans of one request of `on`, or nothing is measured. Then, after a warm-up,
@@ -15,7 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import type pg from 'pg'
 import { loadScale } from '../../db/bench-data.js'
-import { median, memoryOf, spread, type Spread } from './ladder.js'
+import { cpuSecondsOf, median, memoryOf, spread, type Spread } from './ladder.js'
 import type { SinkCounts } from './otlp-sink.js'
 import { type Processes, stopProcess } from './processes.js'
 
@@ -29,7 +31,7 @@ const WARM_UP_SECONDS = 2
 /** The batch exports after OTEL_BSP_SCHEDULE_DELAY (5 s by default): one request's spans arrive within this. */
 const FIRST_EXPORT_WITHIN_MS = 15_000
 
-type VariantKey = 'off' | 'on' | 'before'
+type VariantKey = 'off' | 'on' | 'unsampled' | 'before'
 
 interface Run {
   reqPerSec: number
@@ -42,6 +44,8 @@ interface Run {
    * connection's worth; autocannon counts them in no answer).
    */
   sent: number
+  /** The service process's CPU time per answer in the round (user and system), µs. */
+  cpuMicros: number
 }
 
 interface Check { check: string, pass: boolean, measured: string }
@@ -55,6 +59,8 @@ export interface TracingVariantReport {
   p50: number
   p99: number
   errors: number
+  /** The service's CPU time per answer (µs, user and system): median of the rounds. */
+  cpuMicros: Spread
   /** The process at the end: resident set and its peak, MiB. */
   rssMiB: number
   rssPeakMiB: number
@@ -105,9 +111,12 @@ export interface TracingOptions {
 
 interface Running { key: VariantKey, what: string, url: string, child: ChildProcess }
 
-async function hammer (url: string, headers: Record<string, string>, connections: number, seconds: number): Promise<Run> {
+async function hammer (url: string, headers: Record<string, string>, connections: number, seconds: number, pid: number): Promise<Run> {
+  const cpuBefore = await cpuSecondsOf(pid)
   const result = await autocannon({ url, headers, connections, duration: seconds })
+  const cpu = await cpuSecondsOf(pid) - cpuBefore
   return {
+    cpuMicros: cpu / result.requests.total * 1e6,
     reqPerSec: result.requests.average,
     p50: result.latency.p50,
     p99: result.latency.p99,
@@ -149,6 +158,8 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
     await start('off', 'the service, tracing off (no OTEL_* variable)', {})
     await start('on', 'the service, tracing on: OTEL_TRACES_SAMPLER=always_on, OTLP http/protobuf to the local sink, the batch\'s defaults',
       { OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl, OTEL_TRACES_SAMPLER: 'always_on' })
+    await start('unsampled', 'the same, but OTEL_TRACES_SAMPLER=always_off: no request recorded',
+      { OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl, OTEL_TRACES_SAMPLER: 'always_off' })
     if (baseline) await start('before', `the service at ${baseline.name}, no OTEL_* variable`, {}, baseline.root)
     const on = variants.find(({ key }) => key === 'on')!
 
@@ -182,7 +193,7 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
     // JIT, pools and caches warm before the first round, which would otherwise pay for them.
     let sentToOn = 0
     for (const variant of variants) {
-      const warmUp = await hammer(variant.url + path, headers, connections, WARM_UP_SECONDS)
+      const warmUp = await hammer(variant.url + path, headers, connections, WARM_UP_SECONDS, variant.child.pid!)
       if (variant === on) sentToOn += warmUp.sent
     }
     const runs = new Map(variants.map(({ key }) => [key, [] as Run[]]))
@@ -190,10 +201,10 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
       // Rotated: no variant always goes first or always follows the same one.
       for (let i = 0; i < variants.length; i++) {
         const variant = variants[(i + round) % variants.length]
-        const run = await hammer(variant.url + path, headers, connections, seconds)
+        const run = await hammer(variant.url + path, headers, connections, seconds, variant.child.pid!)
         runs.get(variant.key)!.push(run)
         if (variant === on) sentToOn += run.sent
-        log(`# ${TRACING_SCENARIO}, round ${round + 1}/${rounds}: ${variant.key}: ${fixed(run.reqPerSec)} req/s` +
+        log(`# ${TRACING_SCENARIO}, round ${round + 1}/${rounds}: ${variant.key}: ${fixed(run.reqPerSec)} req/s, ${fixed(run.cpuMicros)} µs CPU each` +
           (run.errors > 0 ? `, ${run.errors} non-2xx, errors or timeouts` : ''))
       }
     }
@@ -221,6 +232,7 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
         p50: median(own.map((run) => run.p50)),
         p99: median(own.map((run) => run.p99)),
         errors: own.reduce((sum, run) => sum + run.errors, 0),
+        cpuMicros: spread(own.map((run) => run.cpuMicros)),
         ...memory[i]
       }
     })
@@ -290,13 +302,14 @@ export function tracingSummary (report: TracingReport): string {
   return [
     `Tracing: \`GET ${report.path}\`, ${report.grants} grants; ${report.connections} connections, ` +
       `${report.rounds} round${report.rounds === 1 ? '' : 's'} of ${report.seconds} s per variant, round-robin, the order rotated each round. ` +
-      'req/s: median of the rounds [min–max]; ÷ off: of the medians; p50 and p99: medians of the rounds; RSS at the end [peak].',
+      'req/s: median of the rounds [min–max]; ÷ off: of the medians; p50 and p99: medians of the rounds; ' +
+      'CPU: the service process\'s own CPU time per answer (user and system), median of the rounds [min–max]; RSS at the end [peak].',
     ...(report.baseline ? [`before is the build of ${report.baseline.revision}, "${report.baseline.subject}".`] : []),
     '',
-    '| variant | what | req/s | ÷ off | p50 ms | p99 ms | non-2xx, errors | RSS MiB |',
-    '|---|---|---|---|---|---|---|---|',
+    '| variant | what | req/s | ÷ off | CPU µs/answer | p50 ms | p99 ms | non-2xx, errors | RSS MiB |',
+    '|---|---|---|---|---|---|---|---|---|',
     ...report.variants.map((variant) => `| ${variant.key} | ${variant.what} | ${range(variant.reqPerSec)} | ` +
-      `${fixed(variant.reqPerSec.median / off.reqPerSec.median, 2)} | ${fixed(variant.p50, 1)} | ${fixed(variant.p99, 1)} | ` +
+      `${fixed(variant.reqPerSec.median / off.reqPerSec.median, 2)} | ${range(variant.cpuMicros)} | ${fixed(variant.p50, 1)} | ${fixed(variant.p99, 1)} | ` +
       `${variant.errors > 0 ? `**${variant.errors}**` : 0} | ${fixed(variant.rssMiB)} [${fixed(variant.rssPeakMiB)}] |`),
     '',
     `Exported by on, from its warm-up to its exit: ${exported.requests} export requests, ${fixed(exported.bytes / 2 ** 20, 1)} MiB, ` +
