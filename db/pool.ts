@@ -4,6 +4,7 @@
 // cannot be reached (outage). https://node-postgres.com/apis/pool
 import { EventEmitter, once } from 'node:events'
 import { performance } from 'node:perf_hooks'
+import { type Context, context, ROOT_CONTEXT } from '@opentelemetry/api'
 import pg from 'pg'
 import { ConnectionWaitTimeout, DatabaseUnreachable, isDatabaseUnavailable } from './errors.js'
 
@@ -43,6 +44,12 @@ type ConnectCallback = (err: Error | undefined, client: pg.PoolClient | undefine
 class BoundedClient extends pg.Client {
   /** performance.now() when the queries now pending were sent (the first of them); -1: none pending. */
   pendingSince = -1
+  /**
+   * The trace context of whoever checked the client out, while they hold it: their statements' spans
+   * go under it (instrumentation-pg reads the active context). Tracing keeps no context across
+   * awaits (src/tracing.ts): the client carries it instead. Undefined untraced.
+   */
+  traceContext: Context | undefined
 
   constructor (config?: string | pg.ClientConfig) {
     super(config)
@@ -56,7 +63,7 @@ const sendQuery = pg.Client.prototype.query as (this: pg.Client, ...args: unknow
 // that has just answered to the next waiter, who sends its query within that answer's callback.
 BoundedClient.prototype.query = function query (this: BoundedClient & { readyForQuery: boolean }, ...args: unknown[]) {
   const idle = this.readyForQuery
-  const result = sendQuery.apply(this, args)
+  const result = this.traceContext === undefined ? sendQuery.apply(this, args) : context.with(this.traceContext, sendQuery, this, ...args)
   if (idle || this.pendingSince < 0) this.pendingSince = performance.now()
   return result
 } as typeof pg.Client.prototype.query
@@ -90,7 +97,8 @@ export class DatabasePool extends pg.Pool {
       this.#sweep.unref()
     }
     this.on('connect', () => this.#answered())
-    this.on('release', (error?: Error) => {
+    this.on('release', (error: Error | undefined, client: pg.PoolClient) => {
+      (client as unknown as BoundedClient).traceContext = undefined
       // Checked first: a server shutting down also answers with a DatabaseError (57P01).
       if (error && isDatabaseUnavailable(error)) this.lastUnreachableAt = performance.now()
       // Any other DatabaseError is an answer too (a constraint, a cancelled statement).
@@ -141,14 +149,19 @@ export class DatabasePool extends pg.Pool {
     return this.lastUnreachableAt > this.lastAnsweredAt
   }
 
-  // pool.query() connects through here too, so every wait for a connection is classified once.
+  // pool.query() connects through here too, so every wait for a connection is classified once, and
+  // every client handed out carries the trace context it was asked for in (ROOT: none, or untraced).
   override connect (): Promise<pg.PoolClient>
   override connect (callback: ConnectCallback): void
   override connect (callback?: ConnectCallback): Promise<pg.PoolClient> | void {
     if (!callback) {
       return new Promise((resolve, reject) => this.connect((error, client) => error ? reject(error) : resolve(client!)))
     }
-    super.connect((error, client, done) => callback(error && this.#classify(error), client, done))
+    const traced = context.active()
+    super.connect((error, client, done) => {
+      if (client && traced !== ROOT_CONTEXT) (client as unknown as BoundedClient).traceContext = traced
+      callback(error && this.#classify(error), client, done)
+    })
   }
 
   #classify (error: Error): Error {

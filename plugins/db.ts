@@ -4,6 +4,7 @@
 // readiness, on a connection of its own so that it never queues behind API traffic. All close
 // with the server.
 import { performance } from 'node:perf_hooks'
+import { context } from '@opentelemetry/api'
 import fp from 'fastify-plugin'
 import { databaseErrorSummary } from '../db/errors.js'
 import { migrateDatabase } from '../db/migrate.js'
@@ -176,6 +177,8 @@ function boundQueries (pool: DatabasePool, read: Read, change: ChangeOptions): Q
 function readAnywhere (primary: DatabasePool, replicas: ReplicaSet): Read {
   return async function read<T extends { position?: string }> (run: (db: Queryable, position: boolean) => Promise<T>, { after, satisfied }: ReadOptions<T> = {}): Promise<T> {
     const replica = replicas.choose(after)
+    // The caller's trace context, for the primary's statement after an await (db/pool.ts).
+    const traced = context.active()
     let reason: string
     if (typeof replica === 'string') reason = replica
     else {
@@ -200,7 +203,7 @@ function readAnywhere (primary: DatabasePool, replicas: ReplicaSet): Read {
       }
     }
     replicas.emit('fallback', reason)
-    const result = await run(primary, true)
+    const result = await context.with(traced, run, undefined, primary, true)
     replicas.emit('read', 'primary')
     return result
   }

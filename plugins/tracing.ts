@@ -1,12 +1,13 @@
 // Traced requests (when src/tracing.ts started tracing): @fastify/otel's request span, opened by
-// the first onRequest hook so that every other hook runs inside it, named after the route; and the
-// trace in every log line of the request. Fastify writes its "incoming request" line before any
+// the first onRequest hook and named after the route; the handler run in the span's context, so
+// that its statements' spans go below it; and the trace in every log line of the request. Fastify writes its "incoming request" line before any
 // hook, when no span exists yet: with tracing on, that line is written here instead, once the
 // span is open (serverOptions gives Fastify IncomingLineAfterSpan).
-import { LogController } from 'fastify'
+import { context } from '@opentelemetry/api'
+import { LogController, type RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Logger } from 'pino'
-import { requestSpan, type Tracing } from '../src/tracing.js'
+import { requestContext, requestSpan, type Tracing } from '../src/tracing.js'
 
 /**
  * Fastify's request lines, but "incoming request" is the tracing plugin's, after the span opens. A
@@ -21,6 +22,16 @@ export interface TracingOptions { tracing: Tracing }
 
 export default fp<TracingOptions>(async function tracing (fastify, { tracing }) {
   await fastify.register(tracing.fastifyPlugin)
+  // Each handler runs in its request's context, up to its first await: the context is kept for
+  // synchronous calls only (src/tracing.ts). A handler's first await is its statement, which takes
+  // a pooled client there, and the client carries the context on (db/pool.ts).
+  fastify.addHook('onRoute', (route) => {
+    const handler = route.handler
+    route.handler = function inRequestContext (request, reply) {
+      const traced = requestContext(request)
+      return traced ? context.with(traced, handler, this, request, reply) : handler.call(this, request, reply)
+    } as RouteHandlerMethod
+  })
   fastify.addHook('onRequest', async function correlateLogs (request) {
     const span = requestSpan(request)
     if (span) {

@@ -2,6 +2,7 @@
 // Off unless an OTLP endpoint (or OTEL_TRACES_EXPORTER=otlp) is given: then no SDK is even loaded,
 // so tracing off costs nothing. On, it must start before pg is loaded: instrumentation-pg patches
 // the module as it loads (src/server.ts starts it first, then imports the rest).
+import { type Context, type ContextManager, ROOT_CONTEXT } from '@opentelemetry/api'
 import type { FastifyPluginCallback, FastifyRequest } from 'fastify'
 
 /** Tracing as started: the request spans' plugin, registered first, and the flush at shutdown. */
@@ -86,7 +87,7 @@ export async function startTracing (): Promise<Tracing | undefined> {
       : { spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_LENGTH_LIMIT } }),
     spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())]
   })
-  provider.register({ propagator: new W3CTraceContextPropagator() })
+  provider.register({ propagator: new W3CTraceContextPropagator(), contextManager: new SynchronousContextManager() })
   // The request's span only: neither the hooks nor the handler get one of their own (a span per
   // hook would cost more than the hooks do; the handler's would repeat the request's). Probes are
   // not traced: a gateway checks them twice a second.
@@ -111,6 +112,57 @@ export async function startTracing (): Promise<Tracing | undefined> {
     fastifyPlugin: fastifyOtel.plugin(),
     shutdown: () => provider.shutdown()
   }
+}
+
+/**
+ * The active trace context for synchronous calls only: `with` makes a context active for the call it
+ * wraps, and no longer. The SDK's default keeps it across awaits with AsyncLocalStorage, which on
+ * Node 20 runs a hook on every promise of the process, traced or not: measured, a tenth of page 0's
+ * throughput with no request sampled (docs/performance.md). Here the context goes where it is
+ * needed by hand: the tracing plugin runs each handler in its request's context, and a pooled
+ * client carries the context it was checked out in to every statement it sends (db/pool.ts).
+ */
+export class SynchronousContextManager implements ContextManager {
+  #active: Context = ROOT_CONTEXT
+
+  active (): Context {
+    return this.#active
+  }
+
+  with<A extends unknown[], F extends (...args: A) => ReturnType<F>> (context: Context, fn: F, thisArg?: ThisParameterType<F>, ...args: A): ReturnType<F> {
+    const outer = this.#active
+    this.#active = context
+    try {
+      return fn.call(thisArg, ...args)
+    } finally {
+      this.#active = outer
+    }
+  }
+
+  bind<T> (context: Context, target: T): T {
+    if (typeof target !== 'function') return target
+    const manager = this
+    return function bound (this: unknown, ...args: unknown[]) {
+      return manager.with(context, target as (...args: unknown[]) => unknown, this, ...args)
+    } as T
+  }
+
+  enable (): this {
+    return this
+  }
+
+  disable (): this {
+    this.#active = ROOT_CONTEXT
+    return this
+  }
+}
+
+/** The request's trace context (its span's), when tracing is on and this request is traced. */
+export function requestContext (request: FastifyRequest): Context | undefined {
+  const telemetry = (request as FastifyRequest & { opentelemetry?: () => { enabled: boolean, context?: Context | null } }).opentelemetry
+  if (telemetry === undefined) return undefined
+  const { enabled, context } = telemetry.call(request)
+  return enabled && context ? context : undefined
 }
 
 /** What the request span needs to say about a request; a no-op for a request not traced. */

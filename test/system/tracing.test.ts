@@ -14,7 +14,7 @@ import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase } from '../../db/seed.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
 import { endsWithTest } from '../support/at-exit.js'
-import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { createTestDatabase } from '../support/database.js'
 import { loaderArgs, runnableOf } from '../support/node-args.js'
 import { productionServerEnv, serverProcess } from '../support/server-process.js'
@@ -121,6 +121,49 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     for (const line of lines) t.match(line, { trace_id: caller.traceId, span_id: request.spanId }, `"${String(line.msg)}" names the trace`)
     t.same(lines.map((line) => line.msg).filter((msg) => msg === 'incoming request' || msg === 'request completed'), ['incoming request', 'request completed'],
       'the request\'s own lines, once each')
+  })
+
+  t.test('every operation, requests interleaved: each statement below its own request\'s span, none outside one', async (t) => {
+    // The context is handed on by hand, not kept across awaits (src/tracing.ts): a statement that
+    // lost it would have no span (requireParentSpan), and one given another request's context would
+    // sit in that request's trace.
+    const everyScope = token({ scope: 'read:resource delete:resource create:resource', ...productionClaims }, { expiresIn: 600 })
+    const send = async (method: string, path: string, body?: string[]) => {
+      const caller = callerTraceparent()
+      const answer = await fetch(`${server.url}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${everyScope}`, traceparent: caller.traceparent, ...(body ? { 'content-type': 'application/json' } : {}) },
+        ...(body ? { body: JSON.stringify(body) } : {})
+      })
+      await answer.arrayBuffer()
+      return { method, path, status: answer.status, traceId: caller.traceId }
+    }
+    const removed = await send('DELETE', ordersPath(), ['p_read_orders'])
+    const granted = await send('POST', ordersPath(), ['p_read_orders'])
+    const reads = await Promise.all([
+      ...Array.from({ length: 6 }, () => send('GET', ordersPath())),
+      send('GET', historyPath()),
+      send('GET', '/permission_changes?limit=5'),
+      send('GET', ordersPath('app-b'))
+    ])
+    const sent = [removed, granted, ...reads]
+    t.same(sent.map(({ status }) => status), [204, 204, 200, 200, 200, 200, 200, 200, 200, 200, 200])
+
+    const isStatement = (span: ReceivedSpan) => span.attributes['db.system'] === 'postgresql' || span.attributes['db.system.name'] === 'postgresql'
+    const traces = new Set(sent.map(({ traceId }) => traceId))
+    const spans = await receiver.until('every request\'s spans and statements', (spans) => sent.every(({ traceId }) =>
+      spans.some((span) => span.traceId === traceId && span.kind === SERVER_KIND) && spans.some((span) => span.traceId === traceId && isStatement(span))))
+    for (const { method, path, traceId } of sent) {
+      const own = spans.filter((span) => span.traceId === traceId)
+      const request = own.find((span) => span.kind === SERVER_KIND)!
+      const statements = own.filter(isStatement)
+      t.ok(statements.length >= 1 && statements.every((span) => span.parentSpanId === request.spanId),
+        `${method} ${path}: ${statements.length} statement span(s) (${statements.map((span) => span.name).join(', ')}), each a child of its request's span`)
+    }
+    // The six lists, interleaved, one statement each: none lost, none in another request's trace.
+    for (const { traceId } of reads.slice(0, 6)) t.equal(spans.filter((span) => span.traceId === traceId && isStatement(span)).length, 1)
+    t.same(spans.filter((span) => isStatement(span) && !traces.has(span.traceId) && !spans.some((other) => other.traceId === span.traceId && other.kind === SERVER_KIND)), [],
+      'no statement span outside a request')
   })
 
   t.test('a token in the query string (which the logs redact) is not in the span either: url.path is the path alone', async (t) => {
