@@ -56,6 +56,8 @@ interface Run {
   p99?: number
   /** Answers other than 2xx, connection errors and timeouts (failed transactions in pgbench). */
   errors: number
+  /** The server process's own CPU time per answer in the round (user and system), µs. */
+  cpuMicros?: number
 }
 
 export interface Spread { median: number, min: number, max: number }
@@ -74,6 +76,10 @@ export interface LadderStepReport {
   ratio: number
   /** What the step adds to the previous one, µs per request: (1/median − 1/previous median) × 10^6. */
   costUs?: number
+  /** The step's process: its CPU time per answer, µs (median of the rounds [min–max]). */
+  cpuMicros: Spread
+  /** What the step adds to the previous one in its process's CPU per answer, µs (of the medians). */
+  cpuCostUs?: number
   /** The step's process at the end: resident set and its peak, MiB. */
   rssMiB: number
   rssPeakMiB: number
@@ -104,7 +110,7 @@ export interface LadderReport {
   /** BENCH_PROFILE: the service step's CPU profile, summed by package and function (scripts/bench/profile.ts). */
   profile?: { file: string, summary: string }
   /** BENCH_LADDER_BASELINE: the service built at that revision, in the same rounds. */
-  before?: { revision: string, subject: string, rounds: Run[], reqPerSec: Spread, errors: number, serviceToBefore: Spread }
+  before?: { revision: string, subject: string, rounds: Run[], reqPerSec: Spread, cpuMicros: Spread, errors: number, serviceToBefore: Spread }
 }
 
 export const median = (values: number[]) => {
@@ -115,9 +121,17 @@ export const median = (values: number[]) => {
 export const spread = (values: number[]): Spread => ({ median: median(values), min: Math.min(...values), max: Math.max(...values) })
 const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 
-async function hammer (url: string, headers: Record<string, string>, connections: number, seconds: number): Promise<Run> {
+async function hammer (url: string, headers: Record<string, string>, connections: number, seconds: number, pid?: number): Promise<Run> {
+  const cpuBefore = pid === undefined ? 0 : await cpuSecondsOf(pid)
   const result = await autocannon({ url, headers, connections, duration: seconds })
-  return { reqPerSec: result.requests.average, p50: result.latency.p50, p99: result.latency.p99, errors: result.non2xx + result.errors + result.timeouts }
+  const cpu = pid === undefined ? NaN : await cpuSecondsOf(pid) - cpuBefore
+  return {
+    reqPerSec: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.non2xx + result.errors + result.timeouts,
+    cpuMicros: cpu / result.requests.total * 1e6
+  }
 }
 
 /** Resident set of a process now and its peak, MiB (NaN once it has exited). */
@@ -289,8 +303,8 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
     others.push(ceiling.child)
 
     const contenders: Array<{ key: string, name: string, unit: string, measure: (seconds: number) => Promise<Run> }> = [
-      ...steps.map(({ key, url, headers }) => ({ key, name: key, unit: 'req/s', measure: (s: number) => hammer(url + path, headers, connections, s) })),
-      { key: 'http-ceiling', name: 'HTTP ceiling', unit: 'req/s', measure: (s: number) => hammer(ceiling.url + path, {}, connections, s) },
+      ...steps.map(({ key, url, headers, child }) => ({ key, name: key, unit: 'req/s', measure: (s: number) => hammer(url + path, headers, connections, s, child.pid) })),
+      { key: 'http-ceiling', name: 'HTTP ceiling', unit: 'req/s', measure: (s: number) => hammer(ceiling.url + path, {}, connections, s, ceiling.child.pid) },
       ...(bestSqlTps
         ? [{
             key: 'best-sql',
@@ -311,6 +325,7 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
         const run = await contender.measure(seconds)
         runs.get(contender.key)!.push(run)
         log(`# ${LADDER_SCENARIO}, round ${round + 1}/${rounds}: ${contender.name}: ${fixed(run.reqPerSec)} ${contender.unit}` +
+          (run.cpuMicros === undefined ? '' : `, ${fixed(run.cpuMicros)} µs CPU each`) +
           (run.errors > 0 ? `, ${run.errors} non-2xx, errors or timeouts` : ''))
       }
     }
@@ -320,6 +335,7 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
     for (const [i, { key, adds }] of LADDER_STEPS.entries()) {
       const own = runs.get(key)!
       const reqPerSec = spread(own.map((run) => run.reqPerSec))
+      const cpuMicros = spread(own.map((run) => run.cpuMicros!))
       const previous = reports.at(-1)
       reports.push({
         key,
@@ -331,6 +347,8 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
         errors: own.reduce((sum, run) => sum + run.errors, 0),
         ratio: reqPerSec.median / (reports[0]?.reqPerSec.median ?? reqPerSec.median),
         costUs: previous && (1 / reqPerSec.median - 1 / previous.reqPerSec.median) * 1e6,
+        cpuMicros,
+        cpuCostUs: previous && cpuMicros.median - previous.cpuMicros.median,
         ...memory[i]
       })
     }
@@ -341,6 +359,7 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
       subject: baseline.subject,
       rounds: beforeRuns,
       reqPerSec: spread(beforeRuns.map((run) => run.reqPerSec)),
+      cpuMicros: spread(beforeRuns.map((run) => run.cpuMicros!)),
       errors: beforeRuns.reduce((sum, run) => sum + run.errors, 0),
       // Round by round, the service ÷ the build before: both measured in the same round.
       serviceToBefore: spread(beforeRuns.map((run, round) => runs.get('service')![round].reqPerSec / run.reqPerSec))
@@ -409,18 +428,20 @@ export function ladderSummary (report: LadderReport): string {
     `Ablation ladder: \`GET ${report.path}\`, ${report.grants} grants; ${report.connections} connections, ` +
       `${report.rounds} round${report.rounds === 1 ? '' : 's'} of ${report.seconds} s per step, round-robin, the order rotated each round. ` +
       'req/s: median of the rounds [min–max]; µs/request: what the step adds to the one before, ' +
-      '(1/its median − 1/the previous median) × 10^6, as measured (noise can make it negative). RSS at the end [peak].',
+      '(1/its median − 1/the previous median) × 10^6, as measured (noise can make it negative); CPU µs: the step\'s process\'s own ' +
+      'CPU time per answer (user and system), median of the rounds [min–max], and what it adds to the step before. RSS at the end [peak].',
     '',
-    '| step | adds | req/s | ÷ minimal | µs/request | p50 ms | p99 ms | non-2xx, errors | RSS MiB |',
-    '|---|---|---|---|---|---|---|---|---|',
+    '| step | adds | req/s | ÷ minimal | µs/request | CPU µs/answer | CPU µs it adds | p50 ms | p99 ms | non-2xx, errors | RSS MiB |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
     ...report.steps.map((step) => `| ${step.key} | ${step.adds} | ${range(step.reqPerSec)} | ${fixed(step.ratio, 2)} | ` +
-      `${step.costUs === undefined ? '—' : fixed(step.costUs, 1)} | ${fixed(step.p50, 1)} | ${fixed(step.p99, 1)} | ` +
+      `${step.costUs === undefined ? '—' : fixed(step.costUs, 1)} | ${range(step.cpuMicros)} | ${step.cpuCostUs === undefined ? '—' : fixed(step.cpuCostUs)} | ` +
+      `${fixed(step.p50, 1)} | ${fixed(step.p99, 1)} | ` +
       `${step.errors > 0 ? `**${step.errors}**` : 0} | ${fixed(step.rssMiB)} [${fixed(step.rssPeakMiB)}] |`),
     `| HTTP ceiling | bare Fastify, the route's schemas, the page from memory | ${range(report.httpCeiling.reqPerSec)} | ` +
-      `${fixed(report.httpCeiling.reqPerSec.median / minimal, 2)} | — | — | — | ${report.httpCeiling.errors} | — |`,
+      `${fixed(report.httpCeiling.reqPerSec.median / minimal, 2)} | — | ${range(spread(report.httpCeiling.rounds.map((run) => run.cpuMicros!)))} | — | — | — | ${report.httpCeiling.errors} | — |`,
     report.bestSql
-      ? `| DB ceiling | the minimal's statement in pgbench (tps) | ${range(report.bestSql.tps)} | ${fixed(report.bestSql.tps.median / minimal, 2)} | — | — | — | 0 | — |`
-      : '| DB ceiling | not measured: no pgbench | — | — | — | — | — | — | — |',
+      ? `| DB ceiling | the minimal's statement in pgbench (tps) | ${range(report.bestSql.tps)} | ${fixed(report.bestSql.tps.median / minimal, 2)} | — | — | — | — | — | 0 | — |`
+      : '| DB ceiling | not measured: no pgbench | — | — | — | — | — | — | — | — | — |',
     '',
     (report.machineCeiling
       ? `Machine ceiling, 1 / (1/HTTP + 1/DB): ${fixed(report.machineCeiling)} req/s. service ÷ ceiling ${fixed(report.serviceToCeiling, 2)}, ` +
@@ -428,7 +449,8 @@ export function ladderSummary (report: LadderReport): string {
       : 'Machine ceiling: not measured (no pgbench). ') +
       `service ÷ minimal ${fixed(report.serviceToMinimal, 2)}: the service spends ${fixed(report.serviceOverMinimalUs, 1)} µs per request more than the minimal (the steps' sum).`,
     ...(report.before
-      ? ['', `Before and after: the service at ${report.before.revision} ("${report.before.subject}") ${range(report.before.reqPerSec)} req/s in the same rounds; ` +
+      ? ['', `Before and after: the service at ${report.before.revision} ("${report.before.subject}") ${range(report.before.reqPerSec)} req/s in the same rounds, ` +
+          `${range(report.before.cpuMicros)} µs of CPU per answer; ` +
           `service ÷ before, round by round: median ${fixed(report.before.serviceToBefore.median, 2)} [${fixed(report.before.serviceToBefore.min, 2)}–${fixed(report.before.serviceToBefore.max, 2)}].`]
       : []),
     '',
