@@ -4,7 +4,7 @@ import Fastify from 'fastify'
 import t, { type Test } from 'tap'
 import type { ObservedResponse } from '../support/contract.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import auth from '../../plugins/auth/index.js'
+import auth, { VerifiedTokens } from '../../plugins/auth/index.js'
 import { build, type Harness } from '../support/harness.js'
 import { craftedToken, ecKeyPair, inOneMinute, now, readToken, rsaKeyPair, TEST_SECRET, token } from '../support/tokens.js'
 
@@ -485,4 +485,57 @@ t.test('a 100 KB token reaches authentication and gets a Bearer challenge, not a
   const signedByOther = craftedToken({ alg: 'HS256', typ: 'JWT' }, { ...readClaims(), padding }, OTHER_SECRET)
   isInvalidToken(t, await get(bearer(signedByOther)), '100 KB, wrong signature')
   t.equal((await get(bearer(huge))).status, 200, 'a genuine 100 KB token is simply verified')
+})
+
+t.test('a token accepted once is kept by its text: the same answers, scopes and actor the second time', async (t) => {
+  // One token, a second use within the minute: answered from what the first use verified.
+  const reader = token({ scope: 'read:resource', sub: 'kept-reader' })
+  t.equal((await get(bearer(reader))).status, 200, 'first use')
+  t.equal((await get(bearer(reader))).status, 200, 'second use')
+  // Its scopes are kept with it: a read token stays refused a DELETE, first use or not.
+  for (const use of ['first', 'second']) {
+    const res = await harness.request(ordersPath(), { method: 'DELETE', headers: { ...bearer(reader), 'content-type': 'application/json' }, body: JSON.stringify(['p_read_orders']) })
+    t.equal(res.status, 403, `${use} DELETE with the read token`)
+  }
+  // Its claims are the request's, as a full check leaves them: the history's actor.
+  const writer = token({ scope: 'delete:resource create:resource read:resource', sub: 'kept-writer', client_id: 'kept-app' })
+  for (const [method, ids] of [['POST', ['p_delete_refunds']], ['DELETE', ['p_delete_refunds']]] as const) {
+    const res = await harness.request(ordersPath(), { method, headers: { ...bearer(writer), 'content-type': 'application/json' }, body: JSON.stringify(ids) })
+    t.equal(res.status, 204, method)
+  }
+  const { rows } = await harness.db.query<{ actor_sub: string, actor_client_id: string }>(
+    "SELECT actor_sub, actor_client_id FROM permission_changes WHERE actor_sub = 'kept-writer' ORDER BY id")
+  t.same(rows, [{ actor_sub: 'kept-writer', actor_client_id: 'kept-app' }, { actor_sub: 'kept-writer', actor_client_id: 'kept-app' }],
+    'both changes name the token\'s actor, the second from the kept claims')
+  // A token refused is not kept: the same garbage is refused every time.
+  for (const use of ['first', 'second']) isInvalidToken(t, await get(bearer('a.b.c')), `${use} use of a garbage token`)
+})
+
+t.test('VerifiedTokens: kept until the token\'s exp and at most a minute, the oldest dropped first when full', async (t) => {
+  const at = 1_800_000_000_000
+  const claims = (exp: number) => ({ exp, sub: 'x' })
+  const scopes = new Set(['read:resource'])
+
+  const tokens = new VerifiedTokens()
+  tokens.add('expiring', claims(at / 1000 + 10), scopes, at)
+  t.ok(tokens.get('expiring', at + 9_999), 'before exp')
+  t.notOk(tokens.get('expiring', at + 10_000), 'at exp: checked in full again (which may still accept it, within the clock skew)')
+  t.notOk(tokens.get('expiring', at + 1), 'and gone once found stale')
+
+  tokens.add('long-lived', claims(at / 1000 + 3600), scopes, at)
+  t.same(tokens.get('long-lived', at + 59_999), { claims: claims(at / 1000 + 3600), scopes, until: at + 60_000 }, 'within the minute')
+  t.notOk(tokens.get('long-lived', at + 60_000), 'a minute after its check: a key withdrawn since stops working')
+
+  t.notOk(tokens.get('never-added', at), 'a token never accepted')
+  tokens.add('x'.repeat(4097), claims(at / 1000 + 3600), scopes, at)
+  t.notOk(tokens.get('x'.repeat(4097), at), 'a token over 4 KiB is checked in full every time')
+  tokens.add('x'.repeat(4096), claims(at / 1000 + 3600), scopes, at)
+  t.ok(tokens.get('x'.repeat(4096), at), 'one of 4 KiB is kept')
+
+  const full = new VerifiedTokens()
+  for (let i = 0; i < 1000; i++) full.add(`token-${i}`, claims(at / 1000 + 3600), scopes, at)
+  t.ok(full.get('token-0', at) && full.get('token-999', at), 'a thousand kept')
+  full.add('token-1000', claims(at / 1000 + 3600), scopes, at)
+  t.notOk(full.get('token-0', at), 'the thousand-and-first drops the oldest')
+  t.ok(full.get('token-1', at) && full.get('token-1000', at), 'and only it')
 })
