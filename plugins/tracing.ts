@@ -1,8 +1,9 @@
 // Traced requests (when src/tracing.ts started tracing): @fastify/otel's request span, opened by
 // the first onRequest hook and named after the route; the handler run in the span's context, so
-// that its statements' spans go below it; and the trace in every log line of the request. Fastify writes its "incoming request" line before any
-// hook, when no span exists yet: with tracing on, that line is written here instead, once the
-// span is open (serverOptions gives Fastify IncomingLineAfterSpan).
+// that its statements' spans go below it; and the trace in every log line of the request. Fastify
+// writes its "incoming request" line before any hook, when no span exists yet: with tracing on,
+// that line is written here instead, once the span is open (serverOptions gives Fastify
+// IncomingLineAfterSpan).
 import { context } from '@opentelemetry/api'
 import { LogController, type RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'

@@ -78,9 +78,11 @@ export interface VerifiedToken { claims: Record<string, unknown>, scopes: Readon
  * Tokens this service accepted lately, by their text, with their claims and scopes: a token seen
  * again is not decoded, hashed and looked up through @fastify/jwt and fast-jwt's cache again (about
  * 20 µs a request). Kept until the token's exp (without the clock tolerance, so never past what a
- * full check would accept) and at most TOKEN_CACHE_TTL_MS, as fast-jwt's cache keeps them, so a
- * key withdrawn from the key set stops working as soon. Only accepted tokens: a refused one is
- * checked in full every time (fast-jwt's cache keeps those). The oldest goes first when full.
+ * full check would accept) and at most TOKEN_CACHE_TTL_MS, as fast-jwt's cache keeps them. Only
+ * accepted tokens: a refused one is checked in full every time (fast-jwt's cache keeps those). The
+ * oldest goes first when full. Only with a key of the configuration's own (JWT_SECRET,
+ * JWT_PUBLIC_KEY): with a key set, every request asks the set for its key, so that a key the
+ * provider withdrew stops verifying once the set is fetched again, tokens it verified before too.
  */
 export class VerifiedTokens {
   readonly #tokens = new Map<string, VerifiedToken>()
@@ -149,7 +151,7 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
     }
   })
 
-  const verifiedTokens = new VerifiedTokens()
+  const verifiedTokens = key.kind === 'jwks' ? undefined : new VerifiedTokens()
 
   async function authenticate (request: FastifyRequest, scopes: readonly string[]) {
     const authorization = request.headers.authorization
@@ -157,10 +159,11 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
     const token = bearerCredentials.exec(authorization)?.[1]
     if (token === undefined) throw problems.invalidToken('The access token is invalid')
     const now = Date.now()
-    let verified = verifiedTokens.get(token, now)
+    let verified = verifiedTokens?.get(token, now)
     if (verified === undefined) {
       const claims = await verify(request, now)
-      verified = verifiedTokens.add(token, claims, grantedScopes(claims, scopeClaims), now)
+      const scopes = grantedScopes(claims, scopeClaims)
+      verified = verifiedTokens?.add(token, claims, scopes, now) ?? { claims, scopes, until: now }
     } else {
       // As jwtVerify() leaves it: the claims of the token (src/routes/permissions/actor.ts).
       request.user = verified.claims
