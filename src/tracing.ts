@@ -157,14 +157,6 @@ export class SynchronousContextManager implements ContextManager {
   }
 }
 
-/** The request's trace context (its span's), when tracing is on and this request is traced. */
-export function requestContext (request: FastifyRequest): Context | undefined {
-  const telemetry = (request as FastifyRequest & { opentelemetry?: () => { enabled: boolean, context?: Context | null } }).opentelemetry
-  if (telemetry === undefined) return undefined
-  const { enabled, context } = telemetry.call(request)
-  return enabled && context ? context : undefined
-}
-
 /** What the request span needs to say about a request; a no-op for a request not traced. */
 export interface SpanOfRequest {
   setAttribute: (name: string, value: string | number) => unknown
@@ -172,10 +164,22 @@ export interface SpanOfRequest {
   spanContext: () => { traceId: string, spanId: string }
 }
 
+interface RequestTelemetry { enabled: boolean, span?: SpanOfRequest | null, context?: Context | null }
+
+/** @fastify/otel's view of the request, when tracing is on and this request is traced. */
+function tracedTelemetry (request: FastifyRequest): RequestTelemetry | undefined {
+  const telemetry = (request as FastifyRequest & { opentelemetry?: () => RequestTelemetry }).opentelemetry
+  if (telemetry === undefined) return undefined
+  const seen = telemetry.call(request)
+  return seen.enabled ? seen : undefined
+}
+
+/** The request's trace context (its span's), when tracing is on and this request is traced. */
+export function requestContext (request: FastifyRequest): Context | undefined {
+  return tracedTelemetry(request)?.context ?? undefined
+}
+
 /** The request's span, when tracing is on and this request is traced (@fastify/otel's decorator). */
 export function requestSpan (request: FastifyRequest): SpanOfRequest | undefined {
-  const telemetry = (request as FastifyRequest & { opentelemetry?: () => { enabled: boolean, span?: SpanOfRequest } }).opentelemetry
-  if (telemetry === undefined) return undefined
-  const { enabled, span } = telemetry.call(request)
-  return enabled ? span : undefined
+  return tracedTelemetry(request)?.span ?? undefined
 }
