@@ -4,22 +4,43 @@ import autocannon from 'autocannon'
 import type { Bench } from './context.js'
 import { pgbench, withPgbenchVariables } from './pgbench.js'
 
-export interface Run { reqPerSec: number, p50: number, p99: number, errors: number, requests: number }
+export interface Run {
+  reqPerSec: number
+  p50: number
+  p99: number
+  errors: number
+  requests: number
+  /** How long the measurement ran: BENCH_SECONDS, or less when a budget ended it. */
+  seconds: number
+}
 
-/** autocannon at the bench's connections for BENCH_SECONDS; an answer other than `expect` counts as an error. */
-export async function load (bench: Bench, options: autocannon.Options & { expect: number }): Promise<Run> {
+/**
+ * autocannon at the bench's connections for BENCH_SECONDS; an answer other than `expect` counts as
+ * an error. With `budget`, at most that many requests in all, warm-up included (requests that use
+ * up what they change, such as a DELETE of grants that exist): the warm-up takes a tenth, the
+ * measurement the rest, and stops early when the budget runs out.
+ */
+export async function load (bench: Bench, options: autocannon.Options & { expect: number, budget?: number }): Promise<Run> {
   const { connections, seconds } = bench.settings
-  await autocannon({ ...options, connections, duration: 1 }) // warm-up: JIT, pools, caches
-  const result = await autocannon({ ...options, connections, duration: seconds })
+  const { budget, ...request } = options
+  // autocannon shares maxOverallRequests among the connections; a connection given none has no bound.
+  const bounded = (requests: number | undefined) => requests === undefined
+    ? { connections }
+    : { connections: Math.min(connections, requests), maxOverallRequests: requests }
+  const warmUp = budget === undefined ? undefined : Math.max(1, Math.floor(budget / 10))
+  await autocannon({ ...request, ...bounded(warmUp), duration: 1 }) // warm-up: JIT, pools, caches
+  const result = await autocannon({ ...request, ...bounded(budget === undefined ? undefined : budget - warmUp!), duration: seconds })
   const unexpected = Object.entries(result.statusCodeStats ?? {})
     .filter(([status]) => status !== String(options.expect))
     .reduce((sum, [, { count = 0 }]) => sum + count, 0)
   return {
-    reqPerSec: result.requests.average,
+    // The average of whole seconds, or the rate over the run when a budget ended it early.
+    reqPerSec: budget === undefined ? result.requests.average : result.requests.total / result.duration,
     p50: result.latency.p50,
     p99: result.latency.p99,
     errors: result.errors + result.timeouts + unexpected,
-    requests: result.requests.sent
+    requests: result.requests.sent,
+    seconds: result.duration
   }
 }
 
