@@ -12,6 +12,8 @@ export interface Run {
   requests: number
   /** How long the measurement ran: BENCH_SECONDS, or less when a budget ended it. */
   seconds: number
+  /** Answers with the expected status per second: for a write, the changes applied (a shed request is answered too). */
+  expectedPerSec: number
 }
 
 /**
@@ -40,7 +42,8 @@ export async function load (bench: Bench, options: autocannon.Options & { expect
     p99: result.latency.p99,
     errors: result.errors + result.timeouts + unexpected,
     requests: result.requests.sent,
-    seconds: result.duration
+    seconds: result.duration,
+    expectedPerSec: (result.statusCodeStats?.[String(options.expect) as keyof typeof result.statusCodeStats]?.count ?? 0) / result.duration
   }
 }
 

@@ -7,7 +7,7 @@ import { fillerPermissionId, grantFillers, RESOURCE_ID } from '../../db/bench-da
 import { unauthorizeSql } from '../../db/queries/change.js'
 import { loadConfig } from '../../src/config.js'
 import { listPath } from './list.js'
-import { load } from './measure.js'
+import { load, type Run } from './measure.js'
 import { pgbench, withPgbenchVariables } from './pgbench.js'
 import type { TableRun } from './table.js'
 
@@ -18,6 +18,10 @@ const STATEMENT_TIMEOUT_MS = loadConfig({}).DATABASE_STATEMENT_TIMEOUT_MS
 const BATCH_SIZES = [50, 500] as const
 /** The scenarios' names, for BENCH_ONLY. */
 export const WRITE_SCENARIOS = BATCH_SIZES.flatMap((size) => [`DELETE ${size} ids`, `POST ${size} ids`])
+
+/** A write's throughput: the table's req/s counts every answer, shed ones (503) included. */
+const appliedLine = (scenario: string, run: Run) =>
+  `${scenario}: ${run.expectedPerSec.toFixed(1)} changes applied per second (${run.errors} of the answers were not 204)`
 
 /** A slice of the permissions a filler client holds. */
 function fillerBatch (client: number, batch: number, size: number): string[] {
@@ -71,6 +75,7 @@ export async function measureWrites ({ bench, scale, serviceUrl, ceilingUrl, rec
         }]
       })
       record({ scenario: `POST ${size} ids`, grants: scale.grants, service: postRun })
+      console.log(appliedLine(`POST ${size} ids`, postRun))
     }
     // Re-grant whatever is still missing, so the next round (and scale) does real work again.
     await grantFillers(bench.db, 1, Math.min(scale.fillerClients, Math.ceil(next / batchesPerClient)))
@@ -100,5 +105,6 @@ ROLLBACK;
       idealSqlCeiling = await run('DELETE FROM grants WHERE resource_id = $1 AND client_id = $2 AND permission_id = ANY ($3::text[])')
     }
     record({ scenario: `DELETE ${size} ids`, grants: scale.grants, service: serviceRun, httpCeiling: httpRun.reqPerSec, dbCeiling, idealSqlCeiling })
+    console.log(appliedLine(`DELETE ${size} ids`, serviceRun))
   }
 }
