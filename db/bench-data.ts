@@ -24,13 +24,14 @@ export function scaleOf (grants: number): Scale {
 // and a description that is missing for every tenth.
 const permissionId = (i: string) => `'perm-' || lpad((${i})::text, 6, '0')`
 const permissionName = (i: string) => `'read:' || substr(md5((${i})::text), 1, 16)`
+const permissionDescription = (i: string) => `CASE WHEN (${i}) % 10 = 0 THEN NULL ELSE 'Permission number ' || (${i}) END`
 
-// A grant's description is not given: the database copies it from the permission on insert
-// (migration 0003), as it does for every writer.
+// A grant is given its permission's name and description, as the service's grant gives them: the
+// database checks them once per statement (migration 0008) and copies only a text that differs.
 async function grantRange (db: pg.Pool, clientId: string, from: number, to: number, stride = 1, start = 0): Promise<void> {
   await db.query(`
-    INSERT INTO grants (resource_id, client_id, permission_id, permission_name)
-    SELECT $1, $2, ${permissionId('x.i')}, ${permissionName('x.i')}
+    INSERT INTO grants (resource_id, client_id, permission_id, permission_name, permission_description)
+    SELECT $1, $2, ${permissionId('x.i')}, ${permissionName('x.i')}, ${permissionDescription('x.i')}
     FROM (SELECT ($5::bigint + j * $6::bigint) % ${PERMISSIONS} AS i FROM generate_series($3::bigint, $4::bigint - 1) AS j) x
     ON CONFLICT DO NOTHING`, [RESOURCE_ID, clientId, from, to, start, stride])
 }
@@ -45,8 +46,9 @@ export async function grantFillers (db: pg.Pool, first: number, last: number): P
   for (let client = first; client <= last; client += 100) {
     // 100 clients (10^5 grants) per statement: one transaction per batch keeps the WAL in check.
     await db.query(`
-      INSERT INTO grants (resource_id, client_id, permission_id, permission_name)
-      SELECT $1, 'filler-' || c, ${permissionId('(c * 7919 + j) % ' + PERMISSIONS)}, ${permissionName('(c * 7919 + j) % ' + PERMISSIONS)}
+      INSERT INTO grants (resource_id, client_id, permission_id, permission_name, permission_description)
+      SELECT $1, 'filler-' || c, ${permissionId('(c * 7919 + j) % ' + PERMISSIONS)}, ${permissionName('(c * 7919 + j) % ' + PERMISSIONS)},
+        ${permissionDescription('(c * 7919 + j) % ' + PERMISSIONS)}
       FROM generate_series($2::int, $3::int) AS c, generate_series(0, ${FILLER_GRANTS - 1}) AS j
       ON CONFLICT DO NOTHING`, [RESOURCE_ID, client, Math.min(client + 99, last)])
   }
@@ -58,7 +60,7 @@ export async function loadScale (db: pg.Pool, grants: number): Promise<Scale> {
   await db.query("INSERT INTO resources (id, name) VALUES ($1, 'Benchmark API') ON CONFLICT DO NOTHING", [RESOURCE_ID])
   await db.query(`
     INSERT INTO permissions (id, resource_id, name, description)
-    SELECT ${permissionId('i')}, $1, ${permissionName('i')}, CASE WHEN i % 10 = 0 THEN NULL ELSE 'Permission number ' || i END
+    SELECT ${permissionId('i')}, $1, ${permissionName('i')}, ${permissionDescription('i')}
     FROM generate_series(0, ${PERMISSIONS - 1}) AS i
     ON CONFLICT DO NOTHING`, [RESOURCE_ID])
   await db.query(`

@@ -334,50 +334,60 @@ t.test('a grant carries its permission\'s description: copied on every insert an
   t.same(await versions(), unchanged, 'an unchanged description rewrites no grant')
 })
 
-t.test('a description changing while its permission is granted: the grant copies the text that is committed last', async (t) => {
-  const pool = await migratedPool(t)
-  const grant = "INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('race-api', 'race-app', 'race-p')"
-  await pool.query(`
+// Two writers: one that names only the permission (the row trigger looks it up and locks it), and
+// one that gives the name and a description it read before the change, as the service's grant does
+// (checked once for the statement, migration 0008).
+const racingGrants = {
+  'naming only the permission': "INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('race-api', 'race-app', 'race-p')",
+  'giving the name and the text it read before': `INSERT INTO grants (resource_id, client_id, permission_id, permission_name, permission_description)
+    VALUES ('race-api', 'race-app', 'race-p', 'read:race', 'old')`
+}
+
+for (const [writer, grant] of Object.entries(racingGrants)) {
+  t.test(`a description changing while its permission is granted (${writer}): the grant copies the text that is committed last`, async (t) => {
+    const pool = await migratedPool(t)
+    await pool.query(`
     INSERT INTO resources (id) VALUES ('race-api');
     INSERT INTO clients (id) VALUES ('race-app');
     INSERT INTO permissions (id, resource_id, name, description) VALUES ('race-p', 'race-api', 'read:race', 'old');
     INSERT INTO authorizations (resource_id, client_id) VALUES ('race-api', 'race-app')`)
-  const described = async () => (await pool.query('SELECT permission_description FROM grants')).rows
-  const [first, second] = [await pool.connect(), await pool.connect()]
-  const pidOf = async (client: pg.PoolClient) => (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number
-  const pids = new Map([[first, await pidOf(first)], [second, await pidOf(second)]])
-  /** Resolves once the client's statement waits for a lock, or has finished without waiting. */
-  async function waitingOrDone (client: pg.PoolClient, statement: Promise<unknown>) {
-    const state = { done: false }
-    statement.then(() => { state.done = true }, () => { state.done = true })
-    for (let i = 0; i < 100 && !state.done; i++) {
-      const { rows } = await pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [pids.get(client)])
-      if (rows.length > 0) return
-      await new Promise((resolve) => setTimeout(resolve, 20))
+    const described = async () => (await pool.query('SELECT permission_description FROM grants')).rows
+    const [first, second] = [await pool.connect(), await pool.connect()]
+    const pidOf = async (client: pg.PoolClient) => (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number
+    const pids = new Map([[first, await pidOf(first)], [second, await pidOf(second)]])
+    /** Resolves once the client's statement waits for a lock, or has finished without waiting. */
+    async function waitingOrDone (client: pg.PoolClient, statement: Promise<unknown>) {
+      const state = { done: false }
+      statement.then(() => { state.done = true }, () => { state.done = true })
+      for (let i = 0; i < 100 && !state.done; i++) {
+        const { rows } = await pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [pids.get(client)])
+        if (rows.length > 0) return
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
     }
-  }
-  try {
+    try {
     // The description changes first: the grant waits for that, then copies the new text.
-    await first.query("BEGIN; UPDATE permissions SET description = 'new' WHERE id = 'race-p'")
-    const granted = second.query(grant)
-    await waitingOrDone(second, granted)
-    await first.query('COMMIT')
-    await granted
-    t.same(await described(), [{ permission_description: 'new' }], 'the grant waited for the change')
+      await first.query("BEGIN; UPDATE permissions SET description = 'new' WHERE id = 'race-p'")
+      const granted = second.query(grant)
+      await waitingOrDone(second, granted)
+      await first.query('COMMIT')
+      await granted
+      t.same(await described(), [{ permission_description: 'new' }], 'the grant waited for the change')
 
-    // The grant first: the change waits for it, then updates it.
-    await pool.query('DELETE FROM grants')
-    await second.query(`BEGIN; ${grant}`)
-    const changed = first.query("UPDATE permissions SET description = 'newer' WHERE id = 'race-p'")
-    await waitingOrDone(first, changed)
-    await second.query('COMMIT')
-    await changed
-    t.same(await described(), [{ permission_description: 'newer' }], 'the change reached the grant committed before it')
-  } finally {
-    first.release()
-    second.release()
-  }
-})
+      // The grant first: the change waits for it, then updates it.
+      await pool.query('DELETE FROM grants')
+      await second.query(`BEGIN; ${grant}`)
+      const changed = first.query("UPDATE permissions SET description = 'newer' WHERE id = 'race-p'")
+      await waitingOrDone(first, changed)
+      await second.query('COMMIT')
+      await changed
+      t.same(await described(), [{ permission_description: 'newer' }], 'the change reached the grant committed before it')
+    } finally {
+      first.release()
+      second.release()
+    }
+  })
+}
 
 t.test('descriptions are at most 255 characters → otherwise 23514, whatever the characters', async (t) => {
   await sql("INSERT INTO resources (id) VALUES ('long-api')")
@@ -417,7 +427,7 @@ t.test('migration 0003 gives the grants of an existing database their descriptio
       ('old-1', 'old-api', 'read:one', 'one'), ('old-2', 'old-api', 'read:two', NULL), ('old-3', 'old-api', 'read:three', 'three');
     INSERT INTO authorizations (resource_id, client_id) VALUES ('old-api', 'old-app');
     INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('old-api', 'old-app', 'old-1'), ('old-api', 'old-app', 'old-2')`)
-  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql'])
   t.same((await pool.query('SELECT permission_id, permission_description FROM grants ORDER BY permission_id')).rows,
     [{ permission_id: 'old-1', permission_description: 'one' }, { permission_id: 'old-2', permission_description: null }])
   t.same((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows, [{ n: 2 }], 'the count is untouched')
