@@ -36,7 +36,7 @@ export async function load (bench: Bench, options: autocannon.Options & { expect
     .filter(([status]) => status !== String(options.expect))
     .reduce((sum, [, { count = 0 }]) => sum + count, 0)
   return {
-    // The average of whole seconds, or the rate over the run when a budget ended it early.
+    // The average of whole seconds; with a budget, which may end the run early, the rate over the run.
     reqPerSec: budget === undefined ? result.requests.average : result.requests.total / result.duration,
     p50: result.latency.p50,
     p99: result.latency.p99,
