@@ -2,10 +2,11 @@
 // same build of the service started side by side on the same data (page 0, limit 50, of a client
 // holding 1,000 grants, 50 connections); measurements go round-robin, so the machine's drift
 // (large here) falls on every variant alike, and the median of the rounds is compared with the
-// baseline's. Environment: BENCH_SECONDS (per measurement, default 5), BENCH_ROUNDS (default 5).
+// baseline's, beside each variant's peak resident set. Environment: BENCH_SECONDS (per measurement, default 5), BENCH_ROUNDS (default 5).
 import { spawn, type ChildProcess } from 'node:child_process'
 import { generateKeyPairSync, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
+import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
@@ -27,8 +28,17 @@ const variants: Variant[] = [
   { name: 'pool 4', env: { DATABASE_POOL_MAX: '4' } },
   { name: 'metrics off', env: { METRICS_ENABLED: 'false' } },
   { name: 'semi-space 32 MiB', env: {}, nodeOptions: ['--max-semi-space-size=32'] },
-  { name: 'semi-space 64 MiB', env: {}, nodeOptions: ['--max-semi-space-size=64'] }
+  { name: 'semi-space 64 MiB', env: {}, nodeOptions: ['--max-semi-space-size=64'] },
+  // Memory: V8 lets the old space grow to several times the live heap before a major GC.
+  { name: 'old space 256 MiB', env: {}, nodeOptions: ['--max-old-space-size=256'] },
+  { name: 'old space 128 MiB', env: {}, nodeOptions: ['--max-old-space-size=128'] }
 ]
+
+/** The kernel's high-water mark of the process's resident set (VmHWM), in MiB. */
+async function peakRssMiB (pid: number | undefined): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '')
+  return Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? NaN) / 1024
+}
 
 /** Returns the exit code: 0 measured (or --help), 2 bad arguments. */
 async function main (args: string[]): Promise<number> {
@@ -105,13 +115,14 @@ async function main (args: string[]): Promise<number> {
     const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]
     const baseline = median(results[0].map(({ rps }) => rps))
     console.log(`\npage 0, limit 50, 1,000 grants; ${CONNECTIONS} connections; median of ${rounds} rounds of ${seconds} s\n`)
-    console.log('| variant | req/s (median) | ÷ baseline | p50 ms | p99 ms | errors | req/s per round |')
-    console.log('|---|---|---|---|---|---|---|')
+    console.log('| variant | req/s (median) | ÷ baseline | p50 ms | p99 ms | errors | RSS peak MiB | req/s per round |')
+    console.log('|---|---|---|---|---|---|---|---|')
     for (const [i, variant] of variants.entries()) {
       const runs = results[i]
       const rps = median(runs.map(({ rps }) => rps))
       console.log(`| ${variant.name} | ${rps.toFixed(0)} | ${(rps / baseline).toFixed(2)} | ${median(runs.map(({ p50 }) => p50))} | ` +
-        `${median(runs.map(({ p99 }) => p99))} | ${runs.reduce((sum, { errors }) => sum + errors, 0)} | ${runs.map(({ rps }) => rps.toFixed(0)).join(', ')} |`)
+        `${median(runs.map(({ p99 }) => p99))} | ${runs.reduce((sum, { errors }) => sum + errors, 0)} | ${(await peakRssMiB(children[i].pid)).toFixed(0)} | ` +
+        `${runs.map(({ rps }) => rps.toFixed(0)).join(', ')} |`)
     }
   } finally {
     for (const child of children) child.kill('SIGTERM')
