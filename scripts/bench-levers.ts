@@ -2,7 +2,8 @@
 // same build of the service started side by side on the same data (page 0, limit 50, of a client
 // holding 1,000 grants, 50 connections); measurements go round-robin, so the machine's drift
 // (large here) falls on every variant alike, and the median of the rounds is compared with the
-// baseline's, beside each variant's peak resident set. Environment: BENCH_SECONDS (per measurement, default 5), BENCH_ROUNDS (default 5).
+// baseline's, beside each variant's peak resident set. Environment: BENCH_SECONDS (per
+// measurement, default 5), BENCH_ROUNDS (default 5).
 import { spawn, type ChildProcess } from 'node:child_process'
 import { generateKeyPairSync, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
