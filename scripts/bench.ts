@@ -26,6 +26,8 @@
 //   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
 //                  written to reports/bench/ (service.cpuprofile, profile.txt); the ladder's service
 //                  step too (ladder-service.cpuprofile, ladder-profile.txt), its summary printed beside it
+//                  The tracing scenario samples each variant's CPU with Linux perf in its last round
+//                  instead (scripts/bench/cpu-samples.ts), where perf is installed
 import { spawn } from 'node:child_process'
 import { copyFile, mkdir, readdir, writeFile } from 'node:fs/promises'
 import { cpus, totalmem } from 'node:os'
@@ -154,6 +156,7 @@ async function tracingScenario (bench: Bench, serviceEnv: Env): Promise<TracingR
     rounds: settings.rounds,
     seconds: settings.seconds,
     connections: settings.connections,
+    profileTo: settings.profile ? bench.reportFolder : undefined,
     log: bench.log
   })
 }

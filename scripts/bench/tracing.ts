@@ -11,12 +11,15 @@
 // the sink receives the spans of one request of `on`, or nothing is measured. Then, after a warm-up,
 // BENCH_ROUNDS rounds of BENCH_SECONDS, round-robin in an order rotated each round, so the machine's
 // drift falls on all alike. The goals are ratios of the same round: on ÷ off ≥ 0.85 (tracing on
-// costs at most 15 %), and off ÷ before within noise of 1 (tracing off costs nothing).
+// costs at most 15 %), and off ÷ before within noise of 1 (tracing off costs nothing). With
+// BENCH_PROFILE and Linux perf, the last round also samples each variant's CPU (scripts/bench/cpu-samples.ts):
+// where tracing's cost goes, layer by layer, in µs per answer.
 import type { ChildProcess } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import type pg from 'pg'
 import { loadScale } from '../../db/bench-data.js'
+import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampleCpu } from './cpu-samples.js'
 import { cpuSecondsOf, median, memoryOf, spread, type Spread } from './ladder.js'
 import type { SinkCounts } from './otlp-sink.js'
 import { type Processes, stopProcess } from './processes.js'
@@ -83,6 +86,11 @@ export interface TracingReport {
    * requests, bytes, spans, and the spans one request makes (from the guard's request).
    */
   exported: SinkCounts & { spansPerRequest: number, sent: number }
+  /**
+   * BENCH_PROFILE: the variants' CPU in the last round, sampled by perf, µs per answer by owner (a
+   * markdown table), or why there is none.
+   */
+  cpu?: { table: string } | { missing: string }
   /** The guard's checks (any failure stops the scenario before it measures). */
   guard: Check[]
   checks: Check[]
@@ -106,6 +114,8 @@ export interface TracingOptions {
   connections: number
   /** The service built at another revision (BENCH_TRACING_BASELINE, scripts/bench/revision.ts). */
   baseline?: { name: string, subject: string, root: string }
+  /** BENCH_PROFILE: a folder for perf's samples of the last round; undefined: none taken. */
+  profileTo?: string
   log: (line: string) => void
 }
 
@@ -133,7 +143,8 @@ const fixed = (value: number | undefined, digits = 0) => value === undefined || 
 const ratios = (values: number[]) => ({ ...spread(values), values })
 
 export async function measureTracing (options: TracingOptions): Promise<TracingReport> {
-  const { db, processes, grants, path, env, headers, rounds, seconds, connections, baseline, log } = options
+  const { db, processes, grants, path, env, headers, rounds, seconds, connections, baseline, profileTo, log } = options
+  const sampling = profileTo !== undefined && await perfAvailable()
   const started = Date.now()
   await loadScale(db, grants)
   log(`# ${TRACING_SCENARIO}: ${grants} grants loaded in ${((Date.now() - started) / 1000).toFixed(0)} s`)
@@ -151,7 +162,7 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
     const sinkUrl = announced.line
     log(`# ${TRACING_SCENARIO}: OTLP sink listening on ${sinkUrl}`)
     const start = async (key: VariantKey, what: string, extra: Record<string, string>, root?: string) => {
-      const { url, child } = await processes.startService({ ...variantEnv, ...extra }, { root })
+      const { url, child } = await processes.startService({ ...variantEnv, ...extra }, { root, nodeArgs: sampling ? PERF_NODE_ARGS : [] })
       variants.push({ key, what, url, child })
       log(`# ${TRACING_SCENARIO}: ${key} listening`)
     }
@@ -197,11 +208,20 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
       if (variant === on) sentToOn += warmUp.sent
     }
     const runs = new Map(variants.map(({ key }) => [key, [] as Run[]]))
+    const samples: Array<{ key: VariantKey, file: string, answers: number }> = []
     for (let round = 0; round < rounds; round++) {
       // Rotated: no variant always goes first or always follows the same one.
       for (let i = 0; i < variants.length; i++) {
         const variant = variants[(i + round) % variants.length]
+        const sampled = sampling && round === rounds - 1
+          // Inside the round, its first and last half second left out.
+          ? sleep(500).then(async () => await sampleCpu(variant.child.pid!, seconds - 1, `${profileTo}/tracing-${variant.key}.perf`))
+          : undefined
         const run = await hammer(variant.url + path, headers, connections, seconds, variant.child.pid!)
+        if (sampled) {
+          await sampled
+          samples.push({ key: variant.key, file: `${profileTo}/tracing-${variant.key}.perf`, answers: run.reqPerSec * (seconds - 1) })
+        }
         runs.get(variant.key)!.push(run)
         if (variant === on) sentToOn += run.sent
         log(`# ${TRACING_SCENARIO}, round ${round + 1}/${rounds}: ${variant.key}: ${fixed(run.reqPerSec)} req/s, ${fixed(run.cpuMicros)} µs CPU each` +
@@ -210,6 +230,15 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
     }
 
     const memory = await Promise.all(variants.map(({ child }) => memoryOf(child.pid!)))
+    const byKey = (sample: { key: VariantKey }) => variants.findIndex(({ key }) => key === sample.key)
+    const cpu: TracingReport['cpu'] = profileTo === undefined
+      ? undefined
+      : sampling
+        ? {
+            table: cpuTable(await Promise.all(samples.sort((a, b) => byKey(a) - byKey(b))
+              .map(async ({ key, file, answers }) => ({ label: key, owners: await cpuByOwner(file, answers) }))))
+          }
+        : { missing: 'perf is not installed here, or may not sample (Debian: linux-perf; kernel.perf_event_paranoid)' }
     // Stopped, `on` flushes its batch (src/serve.ts): then the sink has all it will get.
     await stopProcess(on.child)
     const atEnd = await sinkCounts(sinkUrl)
@@ -285,6 +314,7 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
       offToBefore,
       baseline: baseline && { revision: baseline.name, subject: baseline.subject },
       exported,
+      cpu,
       guard,
       checks,
       goals
@@ -316,6 +346,16 @@ export function tracingSummary (report: TracingReport): string {
       `${exported.spans} spans (${exported.spansPerRequest} per request; ${exported.sent} requests sent), ` +
       `${fixed(exported.bytes / exported.spans)} bytes per span.`,
     '',
+    ...(report.cpu === undefined
+      ? []
+      : 'missing' in report.cpu
+        ? [`No CPU samples: ${report.cpu.missing}.`, '']
+        : [
+            `Where each variant's CPU went in the last round (perf, cpu-clock), µs per answer by owner: the innermost frame of a package or of the service's build, so a system call made by pg is pg's; "other threads" are V8's garbage-collection helpers and libuv's pool. Answers are estimated from the round's rate over the ${report.seconds - 1} s sampled.`,
+            '',
+            report.cpu.table,
+            ''
+          ]),
     ...report.checks.map(({ check, pass, measured }) => `${pass ? 'PASS' : 'FAIL'}  ${check}: ${measured}`),
     ...report.goals.map(({ check, pass, measured }) => `${pass ? 'PASS' : 'FAIL'}  ${check}: ${measured}`)
   ].join('\n')
