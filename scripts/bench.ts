@@ -26,8 +26,8 @@
 //   BENCH_PROFILE  set: the service runs under node --cpu-prof; the profile and a summary of it are
 //                  written to reports/bench/ (service.cpuprofile, profile.txt); the ladder's service
 //                  step too (ladder-service.cpuprofile, ladder-profile.txt), its summary printed beside it
-//                  The tracing scenario samples each variant's CPU with Linux perf in its last round
-//                  instead (scripts/bench/cpu-samples.ts), where perf is installed
+//                  Where Linux perf is installed, the ladder and the tracing scenario sample each step's
+//                  or variant's CPU with it in their last round instead (scripts/bench/cpu-samples.ts)
 import { spawn } from 'node:child_process'
 import { copyFile, mkdir, readdir, writeFile } from 'node:fs/promises'
 import { cpus, totalmem } from 'node:os'
@@ -296,6 +296,10 @@ async function run (bench: Bench): Promise<void> {
   if (ladder?.profile) {
     console.log(`\nThe ladder's service step, where its CPU went:\n${ladder.profile.summary}\n\n` +
       'profile: reports/bench/ladder-service.cpuprofile, summary: reports/bench/ladder-profile.txt')
+  }
+  if (ladder?.cpu) {
+    console.log('\nWhere each step\'s CPU went in the last round (perf, cpu-clock), µs per answer by owner (scripts/bench/cpu-samples.ts):\n\n' +
+      ladder.cpu.table)
   }
   if (tracing) console.log(`\n${report.tracing!.markdown}`)
   console.log(`\n${scales.length > 0 ? `service RSS peak: ${report.serviceRssPeakMiB} MiB. ` : ''}JSON: reports/bench/latest.json`)

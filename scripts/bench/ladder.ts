@@ -24,6 +24,7 @@ import { freePort } from '../../db/embedded-postgres.js'
 import type { CeilingPages } from './http-ceiling.js'
 import type { ServedStep } from './ladder-server.js'
 import { type Processes, stopProcess } from './processes.js'
+import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampleCpu } from './cpu-samples.js'
 import { summarizeProfile } from './profile.js'
 
 /** The scenario's name for BENCH_ONLY. */
@@ -107,8 +108,16 @@ export interface LadderReport {
   checks: Check[]
   /** The guard's checks, one by one (any failure stops the ladder before it measures). */
   guard: Check[]
-  /** BENCH_PROFILE: the service step's CPU profile, summed by package and function (scripts/bench/profile.ts). */
+  /**
+   * BENCH_PROFILE without perf: the service step's V8 CPU profile, summed by package and function
+   * (scripts/bench/profile.ts).
+   */
   profile?: { file: string, summary: string }
+  /**
+   * BENCH_PROFILE with Linux perf: every step's CPU in the last round, µs per answer by owner, a
+   * markdown table (scripts/bench/cpu-samples.ts).
+   */
+  cpu?: { table: string }
   /** BENCH_LADDER_BASELINE: the service built at that revision, in the same rounds. */
   before?: { revision: string, subject: string, rounds: Run[], reqPerSec: Spread, cpuMicros: Spread, errors: number, serviceToBefore: Spread }
 }
@@ -259,6 +268,10 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
   // would be bound by three of them at once.
   const ladderEnv = { ...env, METRICS_PORT: undefined }
   const profileFolder = join(folder, 'ladder-profile')
+  // perf samples CPU time only; V8's profile samples wall time, which on two shared cores books the
+  // waits for a core to the frame they interrupted (scripts/bench/cpu-samples.ts).
+  const sampling = profileTo !== undefined && await perfAvailable()
+  const nodeArgsOf = (key: StepKey) => sampling ? PERF_NODE_ARGS : profileTo && key === 'service' ? ['--cpu-prof', '--cpu-prof-dir', profileFolder] : []
 
   const steps: Running[] = []
   const others: ChildProcess[] = []
@@ -268,13 +281,12 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
       const headers = { authorization: secretKeyed ? hs256('read:resource') : bearer('read:resource') }
       const withoutScope = { authorization: secretKeyed ? hs256('delete:resource') : bearer('delete:resource') }
       if (key === 'service') {
-        const nodeArgs = profileTo ? ['--cpu-prof', '--cpu-prof-dir', profileFolder] : []
-        const { url, child } = await processes.startService(ladderEnv, { nodeArgs })
+        const { url, child } = await processes.startService(ladderEnv, { nodeArgs: nodeArgsOf(key) })
         steps.push({ key, url, child, headers, withoutScope })
       } else {
         const port = await freePort()
         const keys = secretKeyed ? { JWT_PUBLIC_KEY: undefined, JWT_SECRET: secret } : {}
-        const { child, line } = await processes.startAnnouncing(['--import', 'tsx', 'scripts/bench/ladder-server.ts'],
+        const { child, line } = await processes.startAnnouncing([...nodeArgsOf(key), '--import', 'tsx', 'scripts/bench/ladder-server.ts'],
           { ...ladderEnv, ...keys, LADDER_STEP: key, PORT: String(port) })
         steps.push({ key, url: line, child, headers, withoutScope })
       }
@@ -319,10 +331,21 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
     ]
     for (const contender of contenders) await contender.measure(contender.key === 'best-sql' ? 1 : WARM_UP_SECONDS)
     const runs = new Map(contenders.map(({ key }) => [key, [] as Run[]]))
+    const samples = new Map<string, { file: string, answers: number }>()
     for (let round = 0; round < rounds; round++) {
       for (let i = 0; i < contenders.length; i++) {
         const contender = contenders[(i + round) % contenders.length]
+        const step = steps.find(({ key }) => key === contender.key)
+        const file = join(profileFolder, `${contender.key}.perf`)
+        const sampled = sampling && step && round === rounds - 1
+          // Inside the round, its first and last half second left out.
+          ? mkdir(profileFolder, { recursive: true }).then(async () => { await sleep(500); await sampleCpu(step.child.pid!, seconds - 1, file) })
+          : undefined
         const run = await contender.measure(seconds)
+        if (sampled) {
+          await sampled
+          samples.set(contender.key, { file, answers: run.reqPerSec * (seconds - 1) })
+        }
         runs.get(contender.key)!.push(run)
         log(`# ${LADDER_SCENARIO}, round ${round + 1}/${rounds}: ${contender.name}: ${fixed(run.reqPerSec)} ${contender.unit}` +
           (run.cpuMicros === undefined ? '' : `, ${fixed(run.cpuMicros)} µs CPU each`) +
@@ -384,8 +407,14 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
     })
     checks.push({ check: `at least ${MIN_ROUNDS} rounds, for medians and spreads worth reading`, pass: rounds >= MIN_ROUNDS, measured: String(rounds) })
 
+    const cpu: LadderReport['cpu'] = sampling
+      ? {
+          table: cpuTable(await Promise.all(steps.filter(({ key }) => samples.has(key)).map(async ({ key }) =>
+            ({ label: key, owners: await cpuByOwner(samples.get(key)!.file, samples.get(key)!.answers) }))))
+        }
+      : undefined
     let profile: LadderReport['profile']
-    if (profileTo) {
+    if (profileTo && !sampling) {
       await stopProcess(steps.find(({ key }) => key === 'service')!.child) // the profile is written as the process exits
       const [written] = (await readdir(profileFolder)).filter((name) => name.endsWith('.cpuprofile'))
       const file = join(profileTo, 'ladder-service.cpuprofile')
@@ -413,6 +442,7 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
       checks,
       guard,
       profile,
+      cpu,
       before
     }
   } finally {
