@@ -25,6 +25,15 @@ export async function perfAvailable (): Promise<boolean> {
   }
 }
 
+/**
+ * Where to sample inside a measurement of `seconds`: after `delayMs` and for `seconds` of its own,
+ * so that its first and last moments (half a second, less in a short one) are left out.
+ */
+export function samplingWindow (seconds: number): { delayMs: number, seconds: number } {
+  const delay = Math.min(0.5, seconds / 4)
+  return { delayMs: delay * 1000, seconds: seconds - 2 * delay }
+}
+
 /** Samples the CPU of process `pid` (all its threads, with call stacks) for `seconds` into `file`. */
 export async function sampleCpu (pid: number, seconds: number, file: string): Promise<void> {
   const perf = spawn('perf', ['record', '-e', 'cpu-clock', '-F', String(FREQUENCY), '-g', '-q', '-p', String(pid), '-o', file,

@@ -19,7 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import type pg from 'pg'
 import { loadScale } from '../../db/bench-data.js'
-import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampleCpu } from './cpu-samples.js'
+import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampleCpu, samplingWindow } from './cpu-samples.js'
 import { cpuSecondsOf, median, memoryOf, spread, type Spread } from './ladder.js'
 import type { SinkCounts } from './otlp-sink.js'
 import { type Processes, stopProcess } from './processes.js'
@@ -209,18 +209,18 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
     }
     const runs = new Map(variants.map(({ key }) => [key, [] as Run[]]))
     const samples: Array<{ key: VariantKey, file: string, answers: number }> = []
+    const window = samplingWindow(seconds)
     for (let round = 0; round < rounds; round++) {
       // Rotated: no variant always goes first or always follows the same one.
       for (let i = 0; i < variants.length; i++) {
         const variant = variants[(i + round) % variants.length]
         const sampled = sampling && round === rounds - 1
-          // Inside the round, its first and last half second left out.
-          ? sleep(500).then(async () => await sampleCpu(variant.child.pid!, seconds - 1, `${profileTo}/tracing-${variant.key}.perf`))
+          ? sleep(window.delayMs).then(async () => await sampleCpu(variant.child.pid!, window.seconds, `${profileTo}/tracing-${variant.key}.perf`))
           : undefined
         const run = await hammer(variant.url + path, headers, connections, seconds, variant.child.pid!)
         if (sampled) {
           await sampled
-          samples.push({ key: variant.key, file: `${profileTo}/tracing-${variant.key}.perf`, answers: run.reqPerSec * (seconds - 1) })
+          samples.push({ key: variant.key, file: `${profileTo}/tracing-${variant.key}.perf`, answers: run.reqPerSec * window.seconds })
         }
         runs.get(variant.key)!.push(run)
         if (variant === on) sentToOn += run.sent
@@ -351,7 +351,7 @@ export function tracingSummary (report: TracingReport): string {
       : 'missing' in report.cpu
         ? [`No CPU samples: ${report.cpu.missing}.`, '']
         : [
-            `Where each variant's CPU went in the last round (perf, cpu-clock), µs per answer by owner: the innermost frame of a package or of the service's build, so a system call made by pg is pg's; "other threads" are V8's garbage-collection helpers and libuv's pool. Answers are estimated from the round's rate over the ${report.seconds - 1} s sampled.`,
+            'Where each variant\'s CPU went in the last round (perf, cpu-clock), µs per answer by owner: the innermost frame of a package or of the service\'s build, so a system call made by pg is pg\'s; "other threads" are V8\'s garbage-collection helpers and libuv\'s pool. Answers are estimated from the round\'s rate over the seconds sampled (the round less its first and last half second).',
             '',
             report.cpu.table,
             ''
