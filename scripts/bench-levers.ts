@@ -7,7 +7,6 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { generateKeyPairSync, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
@@ -17,6 +16,7 @@ import { loadScale, RESOURCE_ID, SMALL_CLIENT } from '../db/bench-data.js'
 import { freePort, startThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
+import { memoryOf } from './bench/ladder.js'
 import { type Command, isEntryPoint, openingComment, readCommandLine } from '../src/command-line.js'
 
 const CONNECTIONS = 50
@@ -34,12 +34,6 @@ const variants: Variant[] = [
   { name: 'old space 256 MiB', env: {}, nodeOptions: ['--max-old-space-size=256'] },
   { name: 'old space 128 MiB', env: {}, nodeOptions: ['--max-old-space-size=128'] }
 ]
-
-/** The kernel's high-water mark of the process's resident set (VmHWM), in MiB. */
-async function peakRssMiB (pid: number | undefined): Promise<number> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '')
-  return Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? NaN) / 1024
-}
 
 /** Returns the exit code: 0 measured (or --help), 2 bad arguments. */
 async function main (args: string[]): Promise<number> {
@@ -122,7 +116,7 @@ async function main (args: string[]): Promise<number> {
       const runs = results[i]
       const rps = median(runs.map(({ rps }) => rps))
       console.log(`| ${variant.name} | ${rps.toFixed(0)} | ${(rps / baseline).toFixed(2)} | ${median(runs.map(({ p50 }) => p50))} | ` +
-        `${median(runs.map(({ p99 }) => p99))} | ${runs.reduce((sum, { errors }) => sum + errors, 0)} | ${(await peakRssMiB(children[i].pid)).toFixed(0)} | ` +
+        `${median(runs.map(({ p99 }) => p99))} | ${runs.reduce((sum, { errors }) => sum + errors, 0)} | ${(await memoryOf(children[i].pid!)).rssPeakMiB.toFixed(0)} | ` +
         `${runs.map(({ rps }) => rps.toFixed(0)).join(', ')} |`)
     }
   } finally {
