@@ -6,6 +6,7 @@
 // with --perf-basic-prof so that perf can name its JIT-compiled functions.
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 
 const run = promisify(execFile)
@@ -25,21 +26,26 @@ export async function perfAvailable (): Promise<boolean> {
   }
 }
 
-/**
- * Where to sample inside a measurement of `seconds`: after `delayMs` and for `seconds` of its own,
- * so that its first and last moments (half a second, less in a short one) are left out.
- */
-export function samplingWindow (seconds: number): { delayMs: number, seconds: number } {
-  const delay = Math.min(0.5, seconds / 4)
-  return { delayMs: delay * 1000, seconds: seconds - 2 * delay }
-}
-
 /** Samples the CPU of process `pid` (all its threads, with call stacks) for `seconds` into `file`. */
-export async function sampleCpu (pid: number, seconds: number, file: string): Promise<void> {
+async function sampleCpu (pid: number, seconds: number, file: string): Promise<void> {
   const perf = spawn('perf', ['record', '-e', 'cpu-clock', '-F', String(FREQUENCY), '-g', '-q', '-p', String(pid), '-o', file,
     '--', 'sleep', String(seconds)], { stdio: 'ignore' })
   const [code] = await once(perf, 'exit') as [number | null]
   if (code !== 0) throw new Error(`perf record of process ${pid} exited with ${code}`)
+}
+
+/**
+ * Runs `measure` (a measurement of `seconds`) while perf samples process `pid` into `file`, its
+ * first and last half second left out (less in a short one). Returns the measurement and the
+ * answers given while perf sampled, estimated from its rate.
+ */
+export async function sampledWhile<T extends { reqPerSec: number }> (pid: number, seconds: number, file: string,
+  measure: () => Promise<T>): Promise<{ run: T, sample: { file: string, answers: number } }> {
+  const margin = Math.min(0.5, seconds / 4)
+  const sampled = sleep(margin * 1000).then(async () => { await sampleCpu(pid, seconds - 2 * margin, file) })
+  const run = await measure()
+  await sampled
+  return { run, sample: { file, answers: run.reqPerSec * (seconds - 2 * margin) } }
 }
 
 /** A row of the breakdown: CPU µs per answer in the kernel, in native code (V8, libuv, libc) and in JavaScript. */

@@ -24,7 +24,7 @@ import { freePort } from '../../db/embedded-postgres.js'
 import type { CeilingPages } from './http-ceiling.js'
 import type { ServedStep } from './ladder-server.js'
 import { type Processes, stopProcess } from './processes.js'
-import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampleCpu, samplingWindow } from './cpu-samples.js'
+import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampledWhile } from './cpu-samples.js'
 import { summarizeProfile } from './profile.js'
 
 /** The scenario's name for BENCH_ONLY. */
@@ -332,19 +332,18 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
     for (const contender of contenders) await contender.measure(contender.key === 'best-sql' ? 1 : WARM_UP_SECONDS)
     const runs = new Map(contenders.map(({ key }) => [key, [] as Run[]]))
     const samples = new Map<string, { file: string, answers: number }>()
-    const window = samplingWindow(seconds)
     for (let round = 0; round < rounds; round++) {
       for (let i = 0; i < contenders.length; i++) {
         const contender = contenders[(i + round) % contenders.length]
         const step = steps.find(({ key }) => key === contender.key)
-        const file = join(profileFolder, `${contender.key}.perf`)
-        const sampled = sampling && step && round === rounds - 1
-          ? mkdir(profileFolder, { recursive: true }).then(async () => { await sleep(window.delayMs); await sampleCpu(step.child.pid!, window.seconds, file) })
-          : undefined
-        const run = await contender.measure(seconds)
-        if (sampled) {
-          await sampled
-          samples.set(contender.key, { file, answers: run.reqPerSec * window.seconds })
+        let run: Run
+        if (sampling && step && round === rounds - 1) {
+          await mkdir(profileFolder, { recursive: true })
+          const sampled = await sampledWhile(step.child.pid!, seconds, join(profileFolder, `${contender.key}.perf`), async () => await contender.measure(seconds))
+          run = sampled.run
+          samples.set(contender.key, sampled.sample)
+        } else {
+          run = await contender.measure(seconds)
         }
         runs.get(contender.key)!.push(run)
         log(`# ${LADDER_SCENARIO}, round ${round + 1}/${rounds}: ${contender.name}: ${fixed(run.reqPerSec)} ${contender.unit}` +

@@ -19,7 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import type pg from 'pg'
 import { loadScale } from '../../db/bench-data.js'
-import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampleCpu, samplingWindow } from './cpu-samples.js'
+import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampledWhile } from './cpu-samples.js'
 import { cpuSecondsOf, median, memoryOf, spread, type Spread } from './ladder.js'
 import type { SinkCounts } from './otlp-sink.js'
 import { type Processes, stopProcess } from './processes.js'
@@ -209,18 +209,18 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
     }
     const runs = new Map(variants.map(({ key }) => [key, [] as Run[]]))
     const samples: Array<{ key: VariantKey, file: string, answers: number }> = []
-    const window = samplingWindow(seconds)
     for (let round = 0; round < rounds; round++) {
       // Rotated: no variant always goes first or always follows the same one.
       for (let i = 0; i < variants.length; i++) {
         const variant = variants[(i + round) % variants.length]
-        const sampled = sampling && round === rounds - 1
-          ? sleep(window.delayMs).then(async () => await sampleCpu(variant.child.pid!, window.seconds, `${profileTo}/tracing-${variant.key}.perf`))
-          : undefined
-        const run = await hammer(variant.url + path, headers, connections, seconds, variant.child.pid!)
-        if (sampled) {
-          await sampled
-          samples.push({ key: variant.key, file: `${profileTo}/tracing-${variant.key}.perf`, answers: run.reqPerSec * window.seconds })
+        const measure = async () => await hammer(variant.url + path, headers, connections, seconds, variant.child.pid!)
+        let run: Run
+        if (sampling && round === rounds - 1) {
+          const sampled = await sampledWhile(variant.child.pid!, seconds, `${profileTo}/tracing-${variant.key}.perf`, measure)
+          run = sampled.run
+          samples.push({ key: variant.key, ...sampled.sample })
+        } else {
+          run = await measure()
         }
         runs.get(variant.key)!.push(run)
         if (variant === on) sentToOn += run.sent
