@@ -18,6 +18,12 @@ export interface PermissionPage extends Target {
    * The page as the API shows it, a JSON array of the spec's Permission, made by PostgreSQL: parsed
    * into objects row by row and serialized again, 50 rows cost the service more than the rest of
    * the request's layers together (BENCH_ONLY=ladder); they are written out as read.
+   *
+   * Handed on, not kept: its reader takes it out of this object (the row is taken out of pg's
+   * result likewise). A request that queued for a connection reaches here with its promises in V8's
+   * old generation, and one that has settled still points at the value it settled with until the
+   * next full collection; left in place, every page (tens of kB) outlived the young collections
+   * and grew the old generation (docs/performance.md, "Memory under overload").
    */
   permissionsJson: string
   /** The authorization's version (migration 0004), behind the ETag; undefined when not authorized. */
@@ -124,7 +130,9 @@ function listStatement (sort: SortKey[], position: boolean): { name: string, tex
  */
 export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput, options: StatementOptions): Promise<PermissionPage> {
   const { name, text } = listStatement(input.sort, options.position === true)
-  const { rows: [row] } = await db.query<TargetRow & { total: string, version: string | null, position?: string, page: string }>(
+  const { rows } = await db.query<TargetRow & { total: string, version: string | null, position?: string, page: string }>(
     statement(name, text, [input.resourceId, input.clientId, input.limit, input.page], options))
+  // Taken out of the result that pg-pool's promise settled with (PermissionPage.permissionsJson).
+  const row = rows.pop()!
   return { ...targetOf(row), total: Number(row.total), permissionsJson: row.page, version: row.version ?? undefined, position: row.position }
 }

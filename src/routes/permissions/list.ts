@@ -33,8 +33,12 @@ export default async function listPermissions (fastify: FastifyInstance) {
     if (noneMatchFails(request.headers['if-none-match'], result.version!)) return reply.code(304).send()
     reply.header('x-total-count', result.total)
     reply.header('link', pageLinks(collectionUrl(request, resourceId, clientId), { limit, page, sortBy, total: result.total }))
-    // The page as PostgreSQL wrote it, in the spec's shape (the contract tests check every answer).
+    // The page as PostgreSQL wrote it, in the spec's shape (the contract tests check every answer),
+    // taken out of the result so that the settled promises holding it do not keep it alive.
+    const permissions = result.permissionsJson
+    // Stryker disable next-line StringLiteral: memory only, nothing reads the field again (BENCH_ONLY=overload: RSS)
+    result.permissionsJson = ''
     reply.type('application/json; charset=utf-8')
-    return reply.code(200).send(result.permissionsJson)
+    return reply.code(200).send(permissions)
   })
 }
