@@ -198,6 +198,7 @@ async function run (bench: Bench): Promise<void> {
 
   // The feed, on data of its own, before the table scenarios: the overload scenario, last, leaves
   // the service working off requests.
+  rss.phase(FEED_POLLING_SCENARIO)
   const feedPolling: FeedPollingReport | undefined = bench.selected(FEED_POLLING_SCENARIO)
     ? await measureFeedPolling({
       db,
@@ -211,6 +212,7 @@ async function run (bench: Bench): Promise<void> {
       log
     })
     : undefined
+  rss.phase(FEED_FANOUT_SCENARIO)
   const feedFanout: FeedFanoutReport | undefined = bench.selected(FEED_FANOUT_SCENARIO)
     ? await measureFeedFanout({
       db,
@@ -245,16 +247,20 @@ async function run (bench: Bench): Promise<void> {
     const ceiling = await processes.startHttpCeiling(pagesFile)
     const table: TableRun = { bench, scale, serviceUrl, ceilingUrl: ceiling.url, record }
     const largest = grants === settings.scales.at(-1)
+    rss.phase(`reads at ${grants}`)
     await measureList(table)
     if (largest) {
       await explainList(bench, scale)
+      rss.phase(`writes at ${grants}`)
       await measureWrites(table)
+      rss.phase(`history and rejections at ${grants}`)
       await measureHistory(table)
       await measureRejections(table)
     }
     await stopProcess(ceiling.child)
     // Last: it leaves the service loaded with requests it may still be working off.
     if (largest && bench.selected(OVERLOAD_SCENARIO)) {
+      rss.phase(`${OVERLOAD_SCENARIO} at ${grants}`)
       overload = await measureOverload({
         serviceUrl,
         headers: tokens.readHeaders,
@@ -276,6 +282,7 @@ async function run (bench: Bench): Promise<void> {
     connections: settings.connections,
     secondsPerMeasurement: settings.seconds,
     serviceRssPeakMiB: Math.round(rss.peak() / 2 ** 20),
+    serviceRssPeaksMiB: Object.fromEntries([...rss.peaks()].map(([phase, bytes]) => [phase, Math.round(bytes / 2 ** 20)])),
     rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) })),
     overload: overload && { ...overload, markdown: overloadSummary(overload) },
     replica: replica && { ...replica, markdown: replicaSummary(replica) },
@@ -302,7 +309,8 @@ async function run (bench: Bench): Promise<void> {
       ladder.cpu.table)
   }
   if (tracing) console.log(`\n${report.tracing!.markdown}`)
-  console.log(`\n${scales.length > 0 ? `service RSS peak: ${report.serviceRssPeakMiB} MiB. ` : ''}JSON: reports/bench/latest.json`)
+  const byPhase = Object.entries(report.serviceRssPeaksMiB).map(([phase, mib]) => `${phase} ${mib}`).join(', ')
+  console.log(`\nservice RSS peak: ${report.serviceRssPeakMiB} MiB (by phase: ${byPhase}). JSON: reports/bench/latest.json`)
   if (settings.profile) {
     await stopProcess(service.child)
     const [written] = await readdir(join(bench.work, 'profile'))

@@ -100,14 +100,20 @@ export function trackProcesses (): Processes {
   }
 }
 
-/** Samples the resident set of process `pid` every 100 ms: its peak so far, in bytes, until stopped. */
-export function watchRss (pid: number): { peak: () => number, stop: () => void } {
+/**
+ * Samples the resident set of process `pid` every 100 ms until stopped: its peak, in bytes, and the
+ * peak within each phase the bench names (`phase`), so that the scenario that holds it shows.
+ */
+export function watchRss (pid: number): { peak: () => number, phase: (name: string) => void, peaks: () => Map<string, number>, stop: () => void } {
   let peak = 0
+  let current = 'start'
+  const peaks = new Map<string, number>()
   const timer = setInterval(() => {
     readFile(`/proc/${pid}/status`, 'utf8').then((status) => {
-      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0)
-      peak = Math.max(peak, kb * 1024)
+      const bytes = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) * 1024
+      peak = Math.max(peak, bytes)
+      peaks.set(current, Math.max(peaks.get(current) ?? 0, bytes))
     }, () => {})
   }, 100)
-  return { peak: () => peak, stop: () => clearInterval(timer) }
+  return { peak: () => peak, phase: (name) => { current = name }, peaks: () => peaks, stop: () => clearInterval(timer) }
 }
