@@ -2,7 +2,7 @@
 // miss (migration 0007, docs/change-feed.md). A read returns only changes below the horizon, the
 // first id a transaction still running could yet commit; everything below it is final.
 import { positionColumn } from '../lsn.js'
-import { type Queryable, type StatementOptions, statement } from './statement.js'
+import { type Queryable, type StatementOptions, statement, takeRows } from './statement.js'
 
 /**
  * A change of the feed: its id and resource (to follow and filter by), and its entry as the API
@@ -105,7 +105,7 @@ export async function readFeed (db: Queryable, input: FeedInput, options: Statem
   const { name, text } = statements.get(`${byResource}/${options.position === true}`)!
   const values: unknown[] = [input.after ?? null, input.limit]
   if (byResource) values.push(input.resourceId)
-  const { rows } = await db.query<FeedRow>(statement(name, text, values, options))
+  const rows = takeRows(await db.query<FeedRow>(statement(name, text, values, options)))
   const [first] = rows
   const changes: FeedChange[] = []
   for (const row of rows) {

@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type pg from 'pg'
 import { positionColumn } from '../lsn.js'
 import { feedHorizon } from './feed.js'
-import { type Queryable, type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
+import { type Queryable, type StatementOptions, type Target, type TargetRow, statement, takeRows, targetColumns, targetOf } from './statement.js'
 
 export interface PermissionChange {
   id: string
@@ -52,7 +52,7 @@ const changeHistory = changeHistorySql()
 const changeHistoryWithPosition = changeHistorySql(true)
 
 export async function listPermissionChanges (db: Queryable, input: ChangeHistoryInput, options: StatementOptions): Promise<ChangeHistoryPage> {
-  const { rows } = await db.query<TargetRow & {
+  const rows = takeRows(await db.query<TargetRow & {
     has_history: boolean,
     id: string | null,
     at: Date,
@@ -64,7 +64,7 @@ export async function listPermissionChanges (db: Queryable, input: ChangeHistory
     position?: string
   }>(options.position === true
     ? statement('change history+position', changeHistoryWithPosition, [input.resourceId, input.clientId, input.limit, input.before ?? null], options)
-    : statement('change history', changeHistory, [input.resourceId, input.clientId, input.limit, input.before ?? null], options))
+    : statement('change history', changeHistory, [input.resourceId, input.clientId, input.limit, input.before ?? null], options)))
   const changes: PermissionChange[] = []
   for (const row of rows) {
     if (row.id === null) continue

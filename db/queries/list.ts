@@ -1,7 +1,7 @@
 // The list: one page of a client's grants on a resource, its total and version, in one statement.
 import { positionColumn } from '../lsn.js'
 import type { SortDirection, SortKey, SortProperty } from './sort.js'
-import { type Queryable, type StatementOptions, type Target, type TargetRow, statement, targetOf } from './statement.js'
+import { type Queryable, type StatementOptions, type Target, type TargetRow, statement, takeRows, targetOf } from './statement.js'
 
 export interface ListGrantedPermissionsInput {
   resourceId: string
@@ -17,13 +17,8 @@ export interface PermissionPage extends Target {
   /**
    * The page as the API shows it, a JSON array of the spec's Permission, made by PostgreSQL: parsed
    * into objects row by row and serialized again, 50 rows cost the service more than the rest of
-   * the request's layers together (BENCH_ONLY=ladder); they are written out as read.
-   *
-   * Handed on, not kept: its reader takes it out of this object (the row is taken out of pg's
-   * result likewise). A request that queued for a connection reaches here with its promises in V8's
-   * old generation, and one that has settled still points at the value it settled with until the
-   * next full collection; left in place, every page (tens of kB) outlived the young collections
-   * and grew the old generation (docs/performance.md, "Memory under overload").
+   * the request's layers together (BENCH_ONLY=ladder); they are written out as read. Its reader
+   * takes it out of this object, as the row is taken out of pg's result (`takeRows` says why).
    */
   permissionsJson: string
   /** The authorization's version (migration 0004), behind the ETag; undefined when not authorized. */
@@ -130,9 +125,7 @@ function listStatement (sort: SortKey[], position: boolean): { name: string, tex
  */
 export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput, options: StatementOptions): Promise<PermissionPage> {
   const { name, text } = listStatement(input.sort, options.position === true)
-  const { rows } = await db.query<TargetRow & { total: string, version: string | null, position?: string, page: string }>(
-    statement(name, text, [input.resourceId, input.clientId, input.limit, input.page], options))
-  // Taken out of the result that pg-pool's promise settled with (PermissionPage.permissionsJson).
-  const row = rows.pop()!
+  const [row] = takeRows(await db.query<TargetRow & { total: string, version: string | null, position?: string, page: string }>(
+    statement(name, text, [input.resourceId, input.clientId, input.limit, input.page], options)))
   return { ...targetOf(row), total: Number(row.total), permissionsJson: row.page, version: row.version ?? undefined, position: row.position }
 }

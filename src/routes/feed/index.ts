@@ -35,7 +35,11 @@ export default async function changeFeed (fastify: FastifyInstance) {
     const next = page.changes.at(-1)?.id ?? afterParameter
     const query = new URLSearchParams({ ...(next === undefined ? {} : { after: next }), limit: String(limit), ...(resourceId === undefined ? {} : { resource_id: resourceId }) })
     reply.header('link', `<${siteUrl(request, '/permission_changes')}?${query.toString()}>; rel="next"`)
-    // Entries as PostgreSQL wrote them, in the spec's shape (the contract tests check every answer).
-    return reply.type('application/json; charset=utf-8').send(feedPage(page.changes))
+    // Entries as PostgreSQL wrote them, in the spec's shape (the contract tests check every answer),
+    // taken out of the page so that the settled promises holding it do not keep them alive (takeRows).
+    const entries = feedPage(page.changes)
+    // Stryker disable next-line ArrayDeclaration: memory only, nothing reads the changes again (BENCH_ONLY="feed polling": RSS)
+    page.changes = []
+    return reply.type('application/json; charset=utf-8').send(entries)
   })
 }

@@ -34,7 +34,7 @@ export default async function listPermissions (fastify: FastifyInstance) {
     reply.header('x-total-count', result.total)
     reply.header('link', pageLinks(collectionUrl(request, resourceId, clientId), { limit, page, sortBy, total: result.total }))
     // The page as PostgreSQL wrote it, in the spec's shape (the contract tests check every answer),
-    // taken out of the result so that the settled promises holding it do not keep it alive.
+    // taken out of the result so that the settled promises holding it do not keep it alive (takeRows).
     const permissions = result.permissionsJson
     // Stryker disable next-line StringLiteral: memory only, nothing reads the field again (BENCH_ONLY=overload: RSS)
     result.permissionsJson = ''
