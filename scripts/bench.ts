@@ -198,7 +198,7 @@ async function run (bench: Bench): Promise<void> {
 
   // The feed, on data of its own, before the table scenarios: the overload scenario, last, leaves
   // the service working off requests.
-  rss.phase(FEED_POLLING_SCENARIO)
+  if (bench.selected(FEED_POLLING_SCENARIO)) rss.phase(FEED_POLLING_SCENARIO)
   const feedPolling: FeedPollingReport | undefined = bench.selected(FEED_POLLING_SCENARIO)
     ? await measureFeedPolling({
       db,
@@ -212,7 +212,7 @@ async function run (bench: Bench): Promise<void> {
       log
     })
     : undefined
-  rss.phase(FEED_FANOUT_SCENARIO)
+  if (bench.selected(FEED_FANOUT_SCENARIO)) rss.phase(FEED_FANOUT_SCENARIO)
   const feedFanout: FeedFanoutReport | undefined = bench.selected(FEED_FANOUT_SCENARIO)
     ? await measureFeedFanout({
       db,
