@@ -28,6 +28,7 @@ const variants: Variant[] = [
   { name: 'Unix socket', env: {}, socket: true },
   { name: 'pool 4', env: { DATABASE_POOL_MAX: '4' } },
   { name: 'metrics off', env: { METRICS_ENABLED: 'false' } },
+  { name: 'semi-space 8 MiB', env: {}, nodeOptions: ['--max-semi-space-size=8'] },
   { name: 'semi-space 32 MiB', env: {}, nodeOptions: ['--max-semi-space-size=32'] },
   { name: 'semi-space 64 MiB', env: {}, nodeOptions: ['--max-semi-space-size=64'] },
   // Memory: V8 lets the old space grow to several times the live heap before a major GC.
