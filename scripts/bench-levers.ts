@@ -3,7 +3,8 @@
 // holding 1,000 grants, 50 connections); measurements go round-robin, so the machine's drift
 // (large here) falls on every variant alike, and the median of the rounds is compared with the
 // baseline's, beside each variant's peak resident set. Environment: BENCH_SECONDS (per
-// measurement, default 5), BENCH_ROUNDS (default 5).
+// measurement, default 5), BENCH_ROUNDS (default 5), BENCH_LEVERS (comma-separated parts of the
+// variants' names: only those run, beside the baseline).
 import { spawn, type ChildProcess } from 'node:child_process'
 import { generateKeyPairSync, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
@@ -17,13 +18,17 @@ import { freePort, startThrowawayPostgres } from '../db/embedded-postgres.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir, projectRoot } from '../src/project-root.js'
 import { memoryOf } from './bench/ladder.js'
+import { imageNodeOptions } from './bench/processes.js'
 import { type Command, isEntryPoint, openingComment, readCommandLine } from '../src/command-line.js'
 
 const CONNECTIONS = 50
 
 interface Variant { name: string, env: Record<string, string>, nodeOptions?: string[], socket?: boolean }
-const variants: Variant[] = [
+const allVariants: Variant[] = [
   { name: 'baseline: TCP, pool 10', env: {} },
+  // Every variant runs with the image's NODE_OPTIONS (the Dockerfile's), as the service ships;
+  // node's flags on a variant's command line take precedence over them.
+  { name: "node's defaults (no NODE_OPTIONS)", env: { NODE_OPTIONS: '' } },
   // The embedded PostgreSQL's Unix socket is in /tmp (its build's default).
   { name: 'Unix socket', env: {}, socket: true },
   { name: 'pool 4', env: { DATABASE_POOL_MAX: '4' } },
@@ -36,6 +41,14 @@ const variants: Variant[] = [
   { name: 'old space 128 MiB', env: {}, nodeOptions: ['--max-old-space-size=128'] }
 ]
 
+/** The baseline and the variants BENCH_LEVERS names, or all of them. */
+function chosenVariants (): Variant[] {
+  const wanted = process.env.BENCH_LEVERS?.split(',').map((part) => part.trim()).filter(Boolean)
+  if (!wanted?.length) return allVariants
+  const [baseline, ...others] = allVariants
+  return [baseline, ...others.filter((variant) => wanted.some((part) => variant.name.includes(part)))]
+}
+
 /** Returns the exit code: 0 measured (or --help), 2 bad arguments. */
 async function main (args: string[]): Promise<number> {
   // Its settings are the environment's, written once in the opening comment, which --help prints.
@@ -44,6 +57,7 @@ async function main (args: string[]): Promise<number> {
   if (typeof commandLine === 'number') return commandLine
   const seconds = Number(process.env.BENCH_SECONDS ?? 5)
   const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
+  const variants = chosenVariants()
 
   const server = await startThrowawayPostgres()
   const databaseName = `levers_${randomBytes(4).toString('hex')}`
@@ -69,6 +83,7 @@ async function main (args: string[]): Promise<number> {
     const claims = { iss: 'https://bench.invalid/', aud: 'client-permissions-service' }
     const token = createSigner({ key: keys.privateKey, algorithm: 'RS256', expiresIn: 3_600_000 })({ scope: 'read:resource', sub: 'bench', ...claims })
     const urls: string[] = []
+    const nodeOptions = await imageNodeOptions()
     for (const variant of variants) {
       const port = await freePort()
       const child = spawn(process.execPath, [...variant.nodeOptions ?? [], 'dist/src/server.js'], {
@@ -77,6 +92,7 @@ async function main (args: string[]): Promise<number> {
         env: {
           ...process.env,
           NODE_ENV: 'production',
+          NODE_OPTIONS: nodeOptions,
           DATABASE_URL: (variant.socket ? socketUrl : tcpUrl).toString(),
           JWT_PUBLIC_KEY: keys.publicKey,
           JWT_ISSUER: claims.iss,

@@ -46,7 +46,7 @@ import { LADDER_GRANTS, LADDER_SCENARIO, ladderSummary, measureLadder, type Ladd
 import { ceilingPagesOf, deepestPageGoal, explainList, listScenarios, measureList, pageZero, pageZeroPath } from './bench/list.js'
 import { databaseCeiling, hasPgbench, load, statementTps } from './bench/measure.js'
 import { connectionWaitOf, givenConnections, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
-import { stopProcess, watchRss } from './bench/processes.js'
+import { imageNodeOptions, stopProcess, watchRss } from './bench/processes.js'
 import { summarizeProfile } from './bench/profile.js'
 import { measureRejections, REJECTION_SCENARIOS } from './bench/rejections.js'
 import { measureReplicaRouting, REPLICA_GRANTS, REPLICA_SCENARIO, replicaSummary, type ReplicaReport } from './bench/replica.js'
@@ -165,7 +165,8 @@ async function tracingScenario (bench: Bench, serviceEnv: Env): Promise<TracingR
 async function run (bench: Bench): Promise<void> {
   const { settings, db, tokens, processes, log } = bench
   console.log(`${cpus().length} × ${cpus()[0]?.model}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}; ` +
-    `${settings.connections} connections, ${settings.seconds} s per measurement`)
+    `${settings.connections} connections, ${settings.seconds} s per measurement; ` +
+    `the service's NODE_OPTIONS (the image's): ${await imageNodeOptions() ?? 'none'}`)
   await migrateDatabase(db, migrationsDir)
   console.log('building the service (tsc)…')
   await buildService()
@@ -281,6 +282,7 @@ async function run (bench: Bench): Promise<void> {
     machine: { cpus: cpus().length, model: cpus()[0]?.model, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
     connections: settings.connections,
     secondsPerMeasurement: settings.seconds,
+    serviceNodeOptions: await imageNodeOptions() ?? null,
     serviceRssPeakMiB: Math.round(rss.peak() / 2 ** 20),
     serviceRssPeaksMiB: Object.fromEntries([...rss.peaks()].map(([phase, bytes]) => [phase, Math.round(bytes / 2 ** 20)])),
     rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) })),
@@ -310,7 +312,9 @@ async function run (bench: Bench): Promise<void> {
   }
   if (tracing) console.log(`\n${report.tracing!.markdown}`)
   const byPhase = Object.entries(report.serviceRssPeaksMiB).map(([phase, mib]) => `${phase} ${mib}`).join(', ')
-  console.log(`\nservice RSS peak: ${report.serviceRssPeakMiB} MiB (by phase: ${byPhase}). JSON: reports/bench/latest.json`)
+  // The scenarios chosen may all run on services of their own (the ladder, tracing): then nothing sampled the bench's.
+  const rssLine = report.serviceRssPeakMiB > 0 ? `service RSS peak: ${report.serviceRssPeakMiB} MiB (by phase: ${byPhase})` : 'service RSS: no scenario ran on the bench\'s service'
+  console.log(`\n${rssLine}. JSON: reports/bench/latest.json`)
   if (settings.profile) {
     await stopProcess(service.child)
     const [written] = await readdir(join(bench.work, 'profile'))

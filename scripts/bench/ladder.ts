@@ -23,7 +23,7 @@ import { loadScale } from '../../db/bench-data.js'
 import { freePort } from '../../db/embedded-postgres.js'
 import type { CeilingPages } from './http-ceiling.js'
 import type { ServedStep } from './ladder-server.js'
-import { type Processes, stopProcess } from './processes.js'
+import { imageNodeOptions, type Processes, stopProcess } from './processes.js'
 import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampledWhile } from './cpu-samples.js'
 import { summarizeProfile } from './profile.js'
 
@@ -286,8 +286,9 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
       } else {
         const port = await freePort()
         const keys = secretKeyed ? { JWT_PUBLIC_KEY: undefined, JWT_SECRET: secret } : {}
+        // With the service's V8 settings, so that the steps differ by their layers only.
         const { child, line } = await processes.startAnnouncing([...nodeArgsOf(key), '--import', 'tsx', 'scripts/bench/ladder-server.ts'],
-          { ...ladderEnv, ...keys, LADDER_STEP: key, PORT: String(port) })
+          { NODE_OPTIONS: await imageNodeOptions(), ...ladderEnv, ...keys, LADDER_STEP: key, PORT: String(port) })
         steps.push({ key, url: line, child, headers, withoutScope })
       }
       log(`# ${LADDER_SCENARIO}: ${key} listening`)

@@ -4,6 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { readFile } from 'node:fs/promises'
+import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { freePort } from '../../db/embedded-postgres.js'
 import { projectRoot } from '../../src/project-root.js'
@@ -16,6 +17,16 @@ export async function stopProcess (child: ChildProcess): Promise<void> {
   await Promise.race([exited, sleep(15_000)])
 }
 
+/**
+ * The NODE_OPTIONS the container image runs the service with (the Dockerfile under `root`, its
+ * runtime stage's ENV), so that the bench measures the service as it ships; undefined without one.
+ */
+export async function imageNodeOptions (root = projectRoot): Promise<string | undefined> {
+  const dockerfile = await readFile(join(root, 'Dockerfile'), 'utf8').catch(() => '')
+  const runtimeStage = dockerfile.slice(dockerfile.search(/^FROM \S+ AS runtime$/m))
+  return /^\s*(?:ENV\s+)?NODE_OPTIONS=("[^"]*"|\S+)/m.exec(runtimeStage)?.[1].replace(/^"(.*)"$/, '$1')
+}
+
 const environmentOf = (env: Record<string, string | undefined>) =>
   Object.fromEntries(Object.entries({ ...process.env, ...env }).filter(([, value]) => value !== undefined))
 
@@ -25,7 +36,8 @@ export interface Processes {
   start: (args: string[], env: Record<string, string | undefined>, ready: () => Promise<boolean>, cwd?: string) => Promise<ChildProcess>
   /**
    * The service's build (dist/src/server.js under `root`, default this project) on a free port of
-   * 127.0.0.1, with `env` (an undefined unsets) and node's `nodeArgs`; resolves once /readyz answers 2xx.
+   * 127.0.0.1, with `env` (an undefined unsets) and node's `nodeArgs`, and the NODE_OPTIONS of
+   * `root`'s image unless `env` names its own; resolves once /readyz answers 2xx.
    */
   startService: (env: Record<string, string | undefined>, options?: { nodeArgs?: string[], root?: string }) => Promise<{ url: string, child: ChildProcess }>
   /**
@@ -59,7 +71,8 @@ export function trackProcesses (): Processes {
   const startService: Processes['startService'] = async (env, { nodeArgs = [], root = projectRoot } = {}) => {
     const port = await freePort()
     const url = `http://127.0.0.1:${port}`
-    const child = await start([...nodeArgs, 'dist/src/server.js'], { ...env, PORT: String(port) }, async () => (await fetch(`${url}/readyz`)).ok, root)
+    const asShipped = { NODE_OPTIONS: await imageNodeOptions(root), ...env, PORT: String(port) }
+    const child = await start([...nodeArgs, 'dist/src/server.js'], asShipped, async () => (await fetch(`${url}/readyz`)).ok, root)
     return { url, child }
   }
 
