@@ -18,8 +18,8 @@ RUN npm run build
 
 FROM node:22-bookworm-slim AS runtime
 # V8's young generation at 2 x 8 MiB instead of 2 x 16 (V8 rounds the size up to a power of two):
-# less resident under load (docs/performance.md, "The young generation made smaller"). The bench starts
-# the service with this line's NODE_OPTIONS; set your own to change it.
+# less resident under load (docs/performance.md, "The young generation made smaller"). The bench
+# starts the service with this line's NODE_OPTIONS; set your own to change it.
 ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=3000 \
