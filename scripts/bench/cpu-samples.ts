@@ -6,6 +6,8 @@
 // with --perf-basic-prof so that perf can name its JIT-compiled functions.
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { mkdir } from 'node:fs/promises'
+import { dirname } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 
@@ -34,13 +36,20 @@ async function sampleCpu (pid: number, seconds: number, file: string): Promise<v
   if (code !== 0) throw new Error(`perf record of process ${pid} exited with ${code}`)
 }
 
+/** What perf samples during a measurement: process `pid`, for the measurement's `seconds`, into `file`. */
+export interface Sampling { pid: number, seconds: number, file: string }
+
 /**
- * Runs `measure` (a measurement of `seconds`) while perf samples process `pid` into `file`, its
- * first and last half second left out (less in a short one). Returns the measurement and the
- * answers given while perf sampled, estimated from its rate.
+ * Runs `measure` (a measurement), and when `sampling` is given (a scenario's last round, profiled)
+ * has perf sample the process meanwhile, the measurement's first and last half second left out
+ * (less in a short one). Returns the measurement and, if sampled, the file and the answers given
+ * while perf sampled, estimated from its rate.
  */
-export async function sampledWhile<T extends { reqPerSec: number }> (pid: number, seconds: number, file: string,
-  measure: () => Promise<T>): Promise<{ run: T, sample: { file: string, answers: number } }> {
+export async function measureSampled<T extends { reqPerSec: number }> (measure: () => Promise<T>,
+  sampling?: Sampling): Promise<{ run: T, sample?: { file: string, answers: number } }> {
+  if (!sampling) return { run: await measure() }
+  const { pid, seconds, file } = sampling
+  await mkdir(dirname(file), { recursive: true })
   const margin = Math.min(0.5, seconds / 4)
   const sampled = sleep(margin * 1000).then(async () => { await sampleCpu(pid, seconds - 2 * margin, file) })
   const run = await measure()

@@ -24,7 +24,7 @@ import { freePort } from '../../db/embedded-postgres.js'
 import type { CeilingPages } from './http-ceiling.js'
 import type { ServedStep } from './ladder-server.js'
 import { imageNodeOptions, type Processes, stopProcess } from './processes.js'
-import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampledWhile } from './cpu-samples.js'
+import { cpuByOwner, cpuTable, measureSampled, PERF_NODE_ARGS, perfAvailable } from './cpu-samples.js'
 import { summarizeProfile } from './profile.js'
 
 /** The scenario's name for BENCH_ONLY. */
@@ -337,15 +337,10 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
       for (let i = 0; i < contenders.length; i++) {
         const contender = contenders[(i + round) % contenders.length]
         const step = steps.find(({ key }) => key === contender.key)
-        let run: Run
-        if (sampling && step && round === rounds - 1) {
-          await mkdir(profileFolder, { recursive: true })
-          const sampled = await sampledWhile(step.child.pid!, seconds, join(profileFolder, `${contender.key}.perf`), async () => await contender.measure(seconds))
-          run = sampled.run
-          samples.set(contender.key, sampled.sample)
-        } else {
-          run = await contender.measure(seconds)
-        }
+        const lastRoundSampled = sampling && step && round === rounds - 1
+        const { run, sample } = await measureSampled(async () => await contender.measure(seconds),
+          lastRoundSampled ? { pid: step.child.pid!, seconds, file: join(profileFolder, `${contender.key}.perf`) } : undefined)
+        if (sample) samples.set(contender.key, sample)
         runs.get(contender.key)!.push(run)
         log(`# ${LADDER_SCENARIO}, round ${round + 1}/${rounds}: ${contender.name}: ${fixed(run.reqPerSec)} ${contender.unit}` +
           (run.cpuMicros === undefined ? '' : `, ${fixed(run.cpuMicros)} µs CPU each`) +

@@ -19,7 +19,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
 import type pg from 'pg'
 import { loadScale } from '../../db/bench-data.js'
-import { cpuByOwner, cpuTable, PERF_NODE_ARGS, perfAvailable, sampledWhile } from './cpu-samples.js'
+import { cpuByOwner, cpuTable, measureSampled, PERF_NODE_ARGS, perfAvailable } from './cpu-samples.js'
 import { cpuSecondsOf, median, memoryOf, spread, type Spread } from './ladder.js'
 import type { SinkCounts } from './otlp-sink.js'
 import { type Processes, stopProcess } from './processes.js'
@@ -213,15 +213,10 @@ export async function measureTracing (options: TracingOptions): Promise<TracingR
       // Rotated: no variant always goes first or always follows the same one.
       for (let i = 0; i < variants.length; i++) {
         const variant = variants[(i + round) % variants.length]
-        const measure = async () => await hammer(variant.url + path, headers, connections, seconds, variant.child.pid!)
-        let run: Run
-        if (sampling && round === rounds - 1) {
-          const sampled = await sampledWhile(variant.child.pid!, seconds, `${profileTo}/tracing-${variant.key}.perf`, measure)
-          run = sampled.run
-          samples.push({ key: variant.key, ...sampled.sample })
-        } else {
-          run = await measure()
-        }
+        const lastRoundSampled = sampling && round === rounds - 1
+        const { run, sample } = await measureSampled(async () => await hammer(variant.url + path, headers, connections, seconds, variant.child.pid!),
+          lastRoundSampled ? { pid: variant.child.pid!, seconds, file: `${profileTo}/tracing-${variant.key}.perf` } : undefined)
+        if (sample) samples.push({ key: variant.key, ...sample })
         runs.get(variant.key)!.push(run)
         if (variant === on) sentToOn += run.sent
         log(`# ${TRACING_SCENARIO}, round ${round + 1}/${rounds}: ${variant.key}: ${fixed(run.reqPerSec)} req/s, ${fixed(run.cpuMicros)} µs CPU each` +
