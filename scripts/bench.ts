@@ -164,9 +164,10 @@ async function tracingScenario (bench: Bench, serviceEnv: Env): Promise<TracingR
 /** Every scenario in its turn, then the report. */
 async function run (bench: Bench): Promise<void> {
   const { settings, db, tokens, processes, log } = bench
+  const nodeOptions = await imageNodeOptions() ?? null
   console.log(`${cpus().length} × ${cpus()[0]?.model}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}; ` +
     `${settings.connections} connections, ${settings.seconds} s per measurement; ` +
-    `the service's NODE_OPTIONS (the image's): ${await imageNodeOptions() ?? 'none'}`)
+    `the service's NODE_OPTIONS (the image's): ${nodeOptions ?? 'none'}`)
   await migrateDatabase(db, migrationsDir)
   console.log('building the service (tsc)…')
   await buildService()
@@ -282,7 +283,7 @@ async function run (bench: Bench): Promise<void> {
     machine: { cpus: cpus().length, model: cpus()[0]?.model, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
     connections: settings.connections,
     secondsPerMeasurement: settings.seconds,
-    serviceNodeOptions: await imageNodeOptions() ?? null,
+    serviceNodeOptions: nodeOptions,
     serviceRssPeakMiB: Math.round(rss.peak() / 2 ** 20),
     serviceRssPeaksMiB: Object.fromEntries([...rss.peaks()].map(([phase, bytes]) => [phase, Math.round(bytes / 2 ** 20)])),
     rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) })),

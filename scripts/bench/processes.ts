@@ -23,8 +23,9 @@ export async function stopProcess (child: ChildProcess): Promise<void> {
  */
 export async function imageNodeOptions (root = projectRoot): Promise<string | undefined> {
   const dockerfile = await readFile(join(root, 'Dockerfile'), 'utf8').catch(() => '')
-  const runtimeStage = dockerfile.slice(dockerfile.search(/^FROM \S+ AS runtime$/m))
-  return /^\s*(?:ENV\s+)?NODE_OPTIONS=("[^"]*"|\S+)/m.exec(runtimeStage)?.[1].replace(/^"(.*)"$/, '$1')
+  const runtimeStart = dockerfile.search(/^FROM \S+ AS runtime$/m)
+  if (runtimeStart === -1) return undefined
+  return /^\s*(?:ENV\s+)?NODE_OPTIONS=("[^"]*"|\S+)/m.exec(dockerfile.slice(runtimeStart))?.[1].replace(/^"(.*)"$/, '$1')
 }
 
 const environmentOf = (env: Record<string, string | undefined>) =>
