@@ -48,8 +48,8 @@ export async function withTestDatabase<T> (work: (env: TestDatabaseEnv) => Promi
   }
 }
 
-/** Runs node_modules/.bin/`bin` with the test database in its environment; its exit code, or 1 when a signal ended it. */
-export async function runBin (bin: string, args: string[], env: TestDatabaseEnv): Promise<number> {
+/** Runs node_modules/.bin/`bin` with the test database (and `env`) in its environment; its exit code, or 1 when a signal ended it. */
+export async function runBin (bin: string, args: string[], env: NodeJS.ProcessEnv): Promise<number> {
   const child = spawn(join(projectRoot, 'node_modules', '.bin', bin), args, { stdio: 'inherit', env: { ...process.env, ...env } })
   // Interrupted, the command stops first and the throwaway cluster is still removed after it.
   const stop = (name: NodeJS.Signals) => child.kill(name)
@@ -59,6 +59,6 @@ export async function runBin (bin: string, args: string[], env: TestDatabaseEnv)
   return code ?? (signal ? 1 : 0)
 }
 
-export async function runWithTestDatabase (bin: string, args: string[]): Promise<never> {
-  process.exit(await withTestDatabase((env) => runBin(bin, args, env)))
+export async function runWithTestDatabase (bin: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<never> {
+  process.exit(await withTestDatabase((database) => runBin(bin, args, { ...env, ...database })))
 }

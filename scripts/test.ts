@@ -9,6 +9,7 @@
 import { existsSync } from 'node:fs'
 import { readdir, rm } from 'node:fs/promises'
 import { join, relative, resolve } from 'node:path'
+import { pathToFileURL } from 'node:url'
 import { TapConfig } from '@tapjs/config'
 import { build } from 'esbuild'
 import { type Command, helpOf, isEntryPoint, usageError } from '../src/command-line.js'
@@ -59,6 +60,12 @@ async function everyTestFile (): Promise<string[]> {
   return (await readdir(dir, { recursive: true })).filter((file) => file.endsWith('.test.js')).map((file) => join(dir, file)).sort()
 }
 
+/** NODE_OPTIONS that preload test/support/without-process-info (its build) before tap's own import. */
+function withoutProcessInfo (): string {
+  const preload = pathToFileURL(join(testBuildDir, 'test', 'support', 'without-process-info.js')).href
+  return [`--import=${preload}`, process.env.NODE_OPTIONS].filter(Boolean).join(' ')
+}
+
 /** Answers --help, or builds the tests and runs tap with the arguments, and exits with its code. */
 async function main (args: string[]): Promise<number> {
   // After `--` every argument is a file name, even one that looks like -h.
@@ -78,7 +85,7 @@ async function main (args: string[]): Promise<number> {
   await buildTests()
   const tapArgs = args.map(asBuilt)
   if (tapConfig.positionals.length === 0) tapArgs.push(...await everyTestFile())
-  return await runWithTestDatabase('tap', tapArgs)
+  return await runWithTestDatabase('tap', tapArgs, { NODE_OPTIONS: withoutProcessInfo() })
 }
 
 if (isEntryPoint(import.meta.url)) process.exitCode = await main(process.argv.slice(2))

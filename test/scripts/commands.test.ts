@@ -4,6 +4,7 @@
 // listens, so a command that went on to work would fail, not print its help.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import module from 'node:module'
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import t from 'tap'
@@ -47,6 +48,12 @@ t.test('the commands read from package.json include the ones the README names', 
   for (const name of ['test', 'db:migrate', 'db:seed', 'db:prune-changes', 'db:explain', 'token', 'mutation', 'bench', 'bench:levers']) {
     t.ok(found.includes(name), name)
   }
+})
+
+t.test('npm test runs this file without tap\'s process recording (test/support/without-process-info)', async (t) => {
+  t.equal(process.env.__TAPJS_PROCESSINFO_TESTING_NO_REGISTER__, String(process.pid), 'processinfo told to skip its hooks here')
+  t.equal((globalThis as Record<symbol, unknown>)[Symbol.for('@tapjs/processinfo.registerRequire')], undefined, 'no require hook registered')
+  t.equal(module.register.name, 'registerUnlessProcessInfo', 'its loader thread declined')
 })
 
 const deadPort = await freePort()
