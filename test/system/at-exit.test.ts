@@ -31,16 +31,22 @@ async function stopped (pid: number): Promise<boolean> {
 t.test('a test file SIGTERMed under Stryker leaves no process, server, folder or database behind', async (t) => {
   const file = spawn(process.execPath, ['-r', strykerHook, ...nodeArgsOf('test/system/at-exit.fixture.ts')], {
     cwd: projectRoot,
-    stdio: ['ignore', 'ignore', 'pipe']
+    stdio: ['ignore', 'pipe', 'pipe']
   })
   // The hook writes its findings to stryker-output-<pid>.json in the working folder as it exits.
   const hookOutput = join(projectRoot, `stryker-output-${file.pid}.json`)
   t.teardown(() => rm(hookOutput, { force: true }))
+  let stdout = ''
   let stderr = ''
+  file.stdout.setEncoding('utf8').on('data', (chunk: string) => { stdout += chunk })
   file.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  // Its first line on stderr says what it started; a fixture that fails first (its TAP on stdout)
+  // ends without one.
+  const ended = once(file, 'close')
   while (!stderr.includes('\n')) {
-    if (file.exitCode !== null) throw new Error(`the fixture ended early:\n${stderr}`)
-    await once(file.stderr, 'data')
+    if (await Promise.race([ended.then(() => true), once(file.stderr, 'data').then(() => false)])) {
+      throw new Error(`the fixture ended early:\n${stdout}${stderr}`)
+    }
   }
   const started = JSON.parse(stderr.split('\n')[0]) as { database: string, postmaster: number, dataDir: string, child: number }
   const databases = async () => {
