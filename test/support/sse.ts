@@ -108,8 +108,11 @@ export function openStream (url: string, { headers = {}, method = 'GET', paused 
         resume: () => { res.resume() },
         close: () => { req.destroy() },
         until: async (what, check, timeoutMs = 15_000) => {
+          const seen = () => `${events.length} events, the last ${events.at(-1)?.id}; ${comments.length} comments`
           for (const started = Date.now(); !check(); await sleep(20)) {
-            if (Date.now() - started > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}: ${events.length} events, the last ${events.at(-1)?.id}; ${comments.length} comments`)
+            // A finished stream gets nothing more: say how it ended rather than wait out the time.
+            if (outcome !== undefined) throw new Error(`the stream ${outcome === 'cut' ? 'was cut' : 'ended'} before ${what}: ${seen()}`)
+            if (Date.now() - started > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}: ${seen()}`)
           }
         },
         req,
