@@ -4,7 +4,6 @@
 // and exits 1 when the committed files differ from the spec.
 import { readFile, writeFile } from 'node:fs/promises'
 import { join, relative } from 'node:path'
-import openapiTS, { astToString } from 'openapi-typescript'
 import { buildOperations } from '../src/operations.js'
 import { projectRoot, specJsonPath } from '../src/project-root.js'
 import { dereferencedSpec, specAsWritten } from '../src/spec.js'
@@ -21,6 +20,9 @@ const banner = (what: string) =>
   `// DO NOT EDIT. ${what}, generated from openapi/openapi.yaml by \`npm run generate\`.\n`
 
 async function render (): Promise<Map<string, string>> {
+  // Imported when needed: openapi-typescript loads the TypeScript compiler (about 1 s of CPU), which
+  // --help and a refused option do not need.
+  const { default: openapiTS, astToString } = await import('openapi-typescript')
   const spec = await specAsWritten()
   const types = astToString(await openapiTS(spec as never, { alphabetize: true }))
   const operations = buildOperations(await dereferencedSpec())
