@@ -105,10 +105,10 @@ t.test('the Bearer scheme is case-insensitive (bearer, BEARER, BeArEr), then one
   }
 })
 
-t.test('a malformed Bearer header (no token, two tokens, illegal characters) → 401 invalid_token', async (t) => {
+t.test('a malformed Bearer header (no token, two tokens, the scheme twice, illegal characters) → 401 invalid_token', async (t) => {
   const valid = readToken()
-  const headers = ['Bearer', `Bearer ${valid} ${valid}`, 'Bearer a b', `Bearer ${valid}!`, `Bearer ${valid},x`,
-    `Bearer "${valid}"`, `Bearer ${valid.replace('.', '$')}`, `Bearer ${valid}=x`]
+  const headers = ['Bearer', `Bearer ${valid} ${valid}`, 'Bearer a b', `Bearer Bearer ${valid}`, `Bearer x Bearer ${valid}`,
+    `Bearer ${valid}!`, `Bearer ${valid},x`, `Bearer "${valid}"`, `Bearer ${valid.replace('.', '$')}`, `Bearer ${valid}=x`]
   for (const authorization of headers) {
     isInvalidToken(t, await get({ authorization }), authorization.slice(0, 40), 'The access token is invalid')
   }

@@ -9,6 +9,7 @@ import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
+import { fetchFailureOf } from '../../plugins/auth/key-set.js'
 import { captureLogs } from '../support/logs.js'
 import { craftedToken, inOneMinute, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER } from '../support/tokens.js'
 
@@ -266,4 +267,22 @@ t.test('failed fetches are logged once each: requests waiting on one fetch share
   t.equal(await attempt(), 503)
   t.equal(silent.requests(), 2, 'after the cooldown, a fetch again')
   t.equal(fetchFailures(logs.lines).length, 2, 'and its own line')
+})
+
+t.test("a failed fetch's log fields: the messages down its causes, the first code, three levels at most", async (t) => {
+  // fetch's shape: "fetch failed", its cause naming the address and the reason.
+  const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' })
+  t.same(fetchFailureOf(new TypeError('fetch failed', { cause: refused })), { reason: 'fetch failed: connect ECONNREFUSED 127.0.0.1:1', code: 'ECONNREFUSED' })
+  const outer = Object.assign(new Error('outer'), { code: 'OUTER' })
+  outer.cause = Object.assign(new Error('inner'), { code: 'INNER' })
+  t.same(fetchFailureOf(outer), { reason: 'outer: inner', code: 'OUTER' }, 'the first code among them')
+  t.same(fetchFailureOf(Object.assign(new Error(''), { code: 42, cause: { message: 7, code: 'LATER' } })), { reason: 'Error', code: 'LATER' },
+    'an empty or non-text message is left out, a non-text code skipped; with no message at all, the error as text')
+  t.same(fetchFailureOf({ message: '', cause: { message: 'inner' } }), { reason: 'inner', code: undefined }, 'an empty message adds no separator')
+  const deep = { message: 'one', cause: { message: 'two', cause: { message: 'three', cause: { message: 'four', code: 'DEEP' } } } }
+  t.same(fetchFailureOf(deep), { reason: 'one: two: three', code: undefined }, 'three levels, no further')
+  const looping: { message: string, cause?: unknown } = { message: 'again' }
+  looping.cause = looping
+  t.same(fetchFailureOf(looping), { reason: 'again: again: again', code: undefined }, 'a cause chain that loops ends')
+  t.same(fetchFailureOf('a string'), { reason: 'a string', code: undefined }, 'not an object: as text')
 })

@@ -4,8 +4,8 @@ import { generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto'
 import { readdirSync, readFileSync, realpathSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
-import { jwksOverNetworkHttp, jwtKeyOf, tokenTypeOf } from '../../plugins/auth/key.js'
-import { assertProductionReady, audiencesOf, type Config, isProduction, loadConfig, loadStartupConfig, PUBLISHED_SECRETS, settingNames } from '../../src/config.js'
+import { authOptionsOf, jwksOverNetworkHttp, jwtKeyOf, scopeClaimsOf, tokenTypeOf } from '../../plugins/auth/key.js'
+import { assertProductionReady, audiencesOf, type Config, isProduction, loadConfig, loadStartupConfig, PUBLISHED_SECRETS, replicaUrlsOf, settingNames } from '../../src/config.js'
 import { withLocalDefaults } from '../../src/local-dev.js'
 import { startupConfigOf } from '../../src/serve.js'
 import { projectRoot } from '../../src/project-root.js'
@@ -38,6 +38,23 @@ t.test('JWT_AUDIENCE: comma-separated, blanks ignored; a value with nothing in i
   t.same(audiencesOf(loadConfig({ JWT_AUDIENCE: ' api , https://api.example/,, legacy ' })), ['api', 'https://api.example/', 'legacy'])
   t.same(audiencesOf(loadConfig({})), [])
   for (const value of [' ', ',', ' , ']) t.throws(() => loadConfig({ JWT_AUDIENCE: value }), /JWT_AUDIENCE must match pattern/, JSON.stringify(value))
+})
+
+t.test('DATABASE_REPLICA_URLS: comma-separated, in order, blanks around them ignored; none when unset', async (t) => {
+  const first = 'postgres://reader@replica-1:5432/app'
+  const second = 'postgres://reader@replica-2:5432/app?sslmode=require'
+  t.same(replicaUrlsOf(loadConfig({ DATABASE_REPLICA_URLS: first })), [first])
+  t.same(replicaUrlsOf(loadConfig({ DATABASE_REPLICA_URLS: ` ${second} ,  ${first} ` })), [second, first])
+  t.same(replicaUrlsOf(loadConfig({})), [])
+})
+
+t.test('JWT_SCOPE_CLAIMS: the claims in order, however many spaces between them', async (t) => {
+  t.same(scopeClaimsOf(loadConfig({ JWT_SCOPE_CLAIMS: ' scope  scp   permissions ' })), ['scope', 'scp', 'permissions'])
+})
+
+t.test('the auth plugin\'s options need a key source: without one, the sentence naming all three', async (t) => {
+  t.throws(() => authOptionsOf(loadConfig({})), { message: 'one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required' })
+  t.same(authOptionsOf(loadConfig({ JWT_SECRET: TEST_SECRET })).key, { kind: 'secret', algorithms: ['HS256'], secret: TEST_SECRET })
 })
 
 t.test('JWT_TYPE: compared as fast-jwt does, lower case without "application/"; junk refused', async (t) => {
