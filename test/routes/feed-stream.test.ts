@@ -185,14 +185,17 @@ t.test('a heartbeat due while the stream\'s first page is read waits: the retry 
 
 t.test('a consumer that stops reading is cut when changes come while more than FEED_STREAM_BUFFER_BYTES wait for it; one reading normally gets every change; the count returns to 0', async (t) => {
   const logs = captureLogs()
-  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '4096', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  // 1 MiB: the reader shares this process with the server, and on cores shared with other test
+  // files it once fell more than a 4 KiB bound plus one page (~1 MB) behind and was cut itself.
+  const bufferBytes = 1024 * 1024
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(bufferBytes), LOG_LEVEL: 'info' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
   const slow = await stream(t, harness, '', { paused: true })
   const reader = await stream(t, harness)
   t.equal(harness.app.feed.streams, 2)
-  // About 17 MB of changes, far more than the sockets' buffers hold (loopback's reach a few MB:
-  // the paused consumer had taken about 4 MB when it was cut), written by SQL in four transactions:
-  // each change ~2.1 KB (40 ids of 40 characters).
+  // About 17 MB of changes, far more than the sockets' buffers and the bound hold (loopback's reach
+  // a few MB: the paused consumer had taken about 4 MB when it was cut at 4 KiB), written by SQL in
+  // four transactions: each change ~2.1 KB (40 ids of 40 characters).
   const batches = 4
   const perBatch = 2000
   for (let batch = 0; batch < batches; batch++) {
@@ -202,7 +205,7 @@ t.test('a consumer that stops reading is cut when changes come while more than F
   await until('the slow consumer cut', () => harness.app.feed.streams === 1, 60_000)
   t.equal(harness.app.feed.cut, 1, 'counted as cut')
   t.match(await (await fetch(`${harness.baseUrl}/metrics`)).text(), /^feed_streams_cut 1$/m, 'in the metrics too')
-  t.ok(logs.lines.some((line) => line.msg === 'change feed: consumer too slow, disconnected' && line.bufferBytes === 4096), 'logged')
+  t.ok(logs.lines.some((line) => line.msg === 'change feed: consumer too slow, disconnected' && line.bufferBytes === bufferBytes), 'logged')
   await reader.until('every change, by the consumer that reads', () => reader.events.length >= batches * perBatch, 60_000)
   const recorded = (await harness.db.query<{ id: string }>('SELECT id FROM permission_changes ORDER BY id')).rows.map(({ id }) => id)
   t.equal(reader.events.length, recorded.length)
