@@ -7,6 +7,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
+import { FEED_PAGE_SIZE } from '../../src/feed-events.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build, type Harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
@@ -185,28 +186,33 @@ t.test('a heartbeat due while the stream\'s first page is read waits: the retry 
 
 t.test('a consumer that stops reading is cut when changes come while more than FEED_STREAM_BUFFER_BYTES wait for it; one reading normally gets every change; the count returns to 0', async (t) => {
   const logs = captureLogs()
-  // 1 MiB: the reader shares this process with the server, and on cores shared with other test
-  // files it once fell more than a 4 KiB bound plus one page (~1 MB) behind and was cut itself.
+  // The reader shares this process, and the cores, with the server: it keeps up batch by batch, and
+  // a batch is two pages, so however late it reads within one it never has more waiting than a page
+  // when the next is written (the bound is the page's size). Flooded in one go, it once fell more
+  // than the bound plus a page behind and was cut itself.
   const bufferBytes = 1024 * 1024
   const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(bufferBytes), LOG_LEVEL: 'info' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
   const slow = await stream(t, harness, '', { paused: true })
   const reader = await stream(t, harness)
   t.equal(harness.app.feed.streams, 2)
+  const { rows: [{ seeded }] } = await harness.db.query<{ seeded: number }>('SELECT count(*)::int AS seeded FROM permission_changes')
+  // Read through the seeded changes first, so that each batch is two whole pages.
+  await reader.until('the seeded changes', () => reader.events.length >= seeded)
   // About 17 MB of changes, far more than the sockets' buffers and the bound hold (loopback's reach
   // a few MB: the paused consumer had taken about 4 MB when it was cut at 4 KiB), written by SQL in
-  // four transactions: each change ~2.1 KB (40 ids of 40 characters).
-  const batches = 4
-  const perBatch = 2000
+  // eight transactions of two pages each (FEED_PAGE_SIZE): each change ~2.1 KB (40 ids of 40 characters).
+  const batches = 8
+  const perBatch = 2 * FEED_PAGE_SIZE
   for (let batch = 0; batch < batches; batch++) {
     await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
       SELECT 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'flood-${batch}-' || n FROM generate_series(1, $1::int) AS n`, [perBatch])
+    await reader.until(`batch ${batch + 1} of ${batches}, by the consumer that reads`, () => reader.events.length >= seeded + (batch + 1) * perBatch, 60_000)
   }
   await until('the slow consumer cut', () => harness.app.feed.streams === 1, 60_000)
   t.equal(harness.app.feed.cut, 1, 'counted as cut')
   t.match(await (await fetch(`${harness.baseUrl}/metrics`)).text(), /^feed_streams_cut 1$/m, 'in the metrics too')
   t.ok(logs.lines.some((line) => line.msg === 'change feed: consumer too slow, disconnected' && line.bufferBytes === bufferBytes), 'logged')
-  await reader.until('every change, by the consumer that reads', () => reader.events.length >= batches * perBatch, 60_000)
   const recorded = (await harness.db.query<{ id: string }>('SELECT id FROM permission_changes ORDER BY id')).rows.map(({ id }) => id)
   t.equal(reader.events.length, recorded.length)
   t.ok(ids(reader.events).every((id, index) => id === recorded[index]), 'every change once, in order')
