@@ -25,10 +25,11 @@ const areas: Area[] = [
     // The routes' files before problems.test: most of the body parser's mutants are killed by
     // unauthorize.test, and many of the validators' by list.test.
     // unknown-parameters and problem-pages: the hints for unknown query parameters and the pages of
-    // the catalogue, whose mutants no other file kills (68 survived without them on 2026-11-26).
+    // the catalogue, whose mutants no other file kills (68 survived without them on 2026-11-26);
+    // request-timeout: the Connection: close on an answer sent before its request's body.
     testFiles: ['test/src/validation.test.ts', 'test/src/problem-catalogue.test.ts', 'test/src/problem-details.test.ts', 'test/routes/unauthorize.test.ts',
       'test/routes/list.test.ts', 'test/http/problems.test.ts', 'test/routes/grant.test.ts', 'test/http/unknown-parameters.test.ts',
-      'test/routes/problem-pages.test.ts']
+      'test/routes/problem-pages.test.ts', 'test/http/request-timeout.test.ts']
   },
   {
     name: 'routes',

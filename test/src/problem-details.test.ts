@@ -9,7 +9,7 @@ import Fastify, { type FastifyError, type FastifyRequest } from 'fastify'
 import t, { type Test } from 'tap'
 import { ConnectionWaitTimeout, DatabaseUnreachable } from '../../db/errors.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler, parameterHint, toProblem } from '../../src/error-handler.js'
-import { Problem, problems } from '../../src/problems.js'
+import { Problem, problemNameOf, problems } from '../../src/problems.js'
 
 const fastifyError = (init: Partial<FastifyError> & { message?: string }): FastifyError =>
   Object.assign(new Error(init.message ?? 'boom'), init) as FastifyError
@@ -458,4 +458,17 @@ t.test('clientErrorHandler answers on the socket: 431, 408, 400, and nothing to 
   }
   t.equal(await answerTo(t, Object.assign(new Error('reset'), { code: 'ECONNRESET' })), '', 'reset')
   t.equal(await answerTo(t, Object.assign(new Error('bad'), { code: 'HPE_INVALID_METHOD' }), (socket) => socket.destroy()), '', 'destroyed')
+  // Node's HTTP server keeps the response it is writing on the socket as _httpMessage.
+  const underWay = (headersSent: boolean) => (socket: Socket) => Object.assign(socket, { _httpMessage: { headersSent } })
+  t.equal(await answerTo(t, Object.assign(new Error('bad'), { code: 'HPE_INVALID_METHOD' }), underWay(true)), '',
+    'a response under way on the connection: only closed, no second status line inside it')
+  t.match(await answerTo(t, Object.assign(new Error('bad'), { code: 'HPE_INVALID_METHOD' }), underWay(false)), /^HTTP\/1\.1 400 Bad Request\r\n/,
+    'one whose head is not sent yet: answered')
+})
+
+t.test('problemNameOf: the name under /problems/ (a span attribute), any other type as it is', async (t) => {
+  t.equal(problemNameOf('/problems/invalid-token'), 'invalid-token')
+  t.equal(problemNameOf(problems.insufficientScope(['read:resource']).type), 'insufficient-scope')
+  t.equal(problemNameOf('about:blank'), 'about:blank')
+  t.equal(problemNameOf('https://example.test/problems/x'), 'https://example.test/problems/x', 'only a type that starts with it')
 })
