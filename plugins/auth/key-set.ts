@@ -3,7 +3,7 @@
 // never followed. When the provider cannot be reached, the keys it published last keep verifying,
 // failed fetches are not retried more than once per cooldown, and each is logged with its reason.
 import { KeyObject } from 'node:crypto'
-import { createLocalJWKSet, createRemoteJWKSet, type JWSHeaderParameters } from 'jose'
+import type { JWSHeaderParameters } from 'jose'
 
 export interface KeySetOptions {
   /** How long fetched keys are trusted before the set is fetched again. */
@@ -49,14 +49,18 @@ export function fetchFailureOf (error: unknown): { reason: string, code?: string
 
 /** Resolves a token header's kid and alg to the PEM of the provider's matching public key. */
 export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchTimeoutMs }: KeySetOptions, log: KeySetLog) {
-  const remote = createRemoteJWKSet(new URL(url), {
-    cacheMaxAge: cacheMaxAgeMs, cooldownDuration: cooldownMs, timeoutDuration: fetchTimeoutMs
-  })
+  // jose is loaded here, where a key set is configured, not by every start of the service (about
+  // 50 ms of CPU), and before the first token needs it.
+  const jose = import('jose').then(({ createLocalJWKSet, createRemoteJWKSet }) => ({
+    createLocalJWKSet,
+    remote: createRemoteJWKSet(new URL(url), { cacheMaxAge: cacheMaxAgeMs, cooldownDuration: cooldownMs, timeoutDuration: fetchTimeoutMs })
+  }))
   let failedAt = -Infinity
   let lastFailure: unknown
   const pems = new WeakMap<object, string>()
 
   async function select (header: JWSHeaderParameters) {
+    const { createLocalJWKSet, remote } = await jose
     if (Date.now() - failedAt >= cooldownMs) {
       try {
         return await remote(header)
