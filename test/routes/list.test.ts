@@ -1,5 +1,6 @@
 import { request } from 'node:http'
 import t from 'tap'
+import { listGrantedPermissions, listGrantedPermissionsSql } from '../../db/queries/list.js'
 import { compareListed, ordersFixture, ordersPath, shelfFixture, type SortKey } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { readToken } from '../support/tokens.js'
@@ -312,6 +313,21 @@ t.test('list statements are prepared and planned once per connection, never re-p
   } finally {
     client.release()
   }
+})
+
+t.test('with and without the WAL position (replicas or not), the list is two statements: both prepared on one connection', async (t) => {
+  const client = await harness.app.db.connect()
+  try {
+    const input = { resourceId: 'orders-api', clientId: 'app-a', limit: 2, page: 0, sort: [{ property: 'name' as const, direction: 'asc' as const }] }
+    const plain = await listGrantedPermissions(client, input, { prepared: true })
+    const positioned = await listGrantedPermissions(client, input, { prepared: true, position: true })
+    t.equal(plain.position, undefined, 'no position asked, none read')
+    t.match(positioned.position, /^[0-9A-F]+\/[0-9A-F]+$/, 'the position of the state it read')
+    t.equal(positioned.permissionsJson, plain.permissionsJson)
+  } finally {
+    client.release()
+  }
+  t.notMatch(listGrantedPermissionsSql([{ property: 'id', direction: 'asc' }]), /position/, 'the statement reads no position unless asked')
 })
 
 t.test('every description order, ties and missing descriptions included, pages front, middle, back and past the end', async (t) => {

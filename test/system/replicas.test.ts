@@ -87,8 +87,11 @@ t.test('reads are answered by the replica, writes by the primary; every answer c
   const history = await call(relaxed, 'GET', ordersPath().replace(/permissions$/, 'permission_changes'))
   t.equal(history.status, 200)
   t.ok(history.headers.get('consistency-token'))
+  const feed = await call(relaxed, 'GET', '/permission_changes')
+  t.equal(feed.status, 200)
+  t.match(feed.headers.get('consistency-token'), /^[0-9A-F]+\/[0-9A-F]+$/, 'the change feed\'s page too')
   const after = await readCounts(relaxed)
-  t.equal(after['read:replica-1'] - before['read:replica-1'], 2, 'both reads on the replica')
+  t.equal(after['read:replica-1'] - before['read:replica-1'], 3, 'the three reads on the replica')
   t.equal(after['read:primary'], before['read:primary'], 'none on the primary')
   const removed = await call(relaxed, 'DELETE', ordersPath(), {}, ['p_update_refunds'])
   t.equal(removed.status, 204)
@@ -135,6 +138,13 @@ t.test('replay paused: with the DELETE\'s token the removed grant is gone (the p
     t.notOk(ids(caughtUp).includes('p_read_orders'), 'never the older state')
     return (await readCounts(relaxed))['read:replica-1'] > mark
   })
+  // Caught up, the replica holds the version the DELETE's ETag names: it decides the tag itself.
+  const mark = await readCounts(relaxed)
+  const decided = await call(relaxed, 'GET', ordersPath(), { 'if-none-match': removed.headers.get('etag')! })
+  t.equal(decided.status, 304)
+  const now = await readCounts(relaxed)
+  t.equal(now['read:replica-1'] - mark['read:replica-1'], 1, 'If-None-Match naming the version the replica holds: the replica answers')
+  t.equal(now['fallback:behind_version'], mark['fallback:behind_version'], 'not sent to the primary')
 })
 
 t.test('the replica stopped: reads go to the primary, no 5xx, one warning; started again, it takes reads and says so', async (t) => {

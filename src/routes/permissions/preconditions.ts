@@ -44,7 +44,8 @@ export function ifMatchVersions (header: string | undefined): string[] | undefin
  * that new (a replica behind it could answer 200 for a tag the caller already holds, or worse).
  */
 export function newestVersionNamed (header: string | undefined): bigint | undefined {
-  if (header === undefined || header === '*') return undefined
+  // `*` names no version: it holds no entity tag.
+  if (header === undefined) return undefined
   let newest: bigint | undefined
   for (const { opaque } of entityTagsOf(header)) {
     if (!isVersion(opaque)) continue
