@@ -56,9 +56,10 @@ const areas: Area[] = [
   {
     name: 'history',
     mutate: ['src/routes/permissions/changes.ts', 'db/queries/history.ts'],
-    // replicas last: a history read with its position (a replica's Consistency-Token).
+    // feed-ids: a prune that waits for a transaction still open; replicas last: a history read with
+    // its position (a replica's Consistency-Token).
     testFiles: ['test/routes/changes.test.ts', 'test/routes/grant.test.ts', 'test/routes/unauthorize.test.ts', 'test/routes/preconditions.test.ts',
-      'test/routes/list.test.ts', 'test/system/replicas.test.ts']
+      'test/routes/list.test.ts', 'test/db/feed-ids.test.ts', 'test/system/replicas.test.ts']
   },
   {
     name: 'auth',

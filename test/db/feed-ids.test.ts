@@ -4,6 +4,7 @@
 // records the largest id it deleted, a mark that never goes down. The feed's order rests on these.
 import { readFileSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { migrate } from 'postgres-migrations'
 import t, { type Test } from 'tap'
@@ -215,4 +216,20 @@ t.test('a prune never leaves a change below its mark: ages out of feed order wai
   t.same((await pool.query<{ id: string }>('SELECT through_id::text AS id FROM permission_changes_pruned')).rows.map(({ id }) => BigInt(id)), [fortyDays])
   const [kept] = await record(pool, 1)
   t.ok(kept > fortyDays && twentyDays < fortyDays, 'what is kept is after the mark')
+})
+
+t.test('a prune waits, up to waitMs, for a transaction still open below what it would delete; committed meanwhile, its change goes too', async (t) => {
+  const pool = await database(t)
+  const client = await connection(t, pool)
+  await client.query('BEGIN')
+  const [open] = await record(client, 1, '40 days')
+  const [committed] = await record(pool, 1, '40 days')
+  t.ok(open < committed, 'the open transaction holds the smaller id: the committed change is above the horizon')
+  const started = Date.now()
+  t.equal(await pruneChanges(pool, 30, { waitMs: 300 }), 0, 'the transaction still open after waitMs: only what is below it goes, nothing here')
+  t.ok(Date.now() - started >= 300, 'it waited out waitMs first')
+  const pruning = pruneChanges(pool, 30, { waitMs: 60_000 })
+  await sleep(300)
+  await client.query('COMMIT')
+  t.equal(await pruning, 2, 'committed while the prune waited: both go')
 })

@@ -4,7 +4,7 @@ import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import t from 'tap'
-import { pruneChanges } from '../../db/queries/history.js'
+import { listPermissionChanges, pruneChanges } from '../../db/queries/history.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build, type Harness } from '../support/harness.js'
 import { nodeArgsOf } from '../support/node-args.js'
@@ -46,6 +46,25 @@ t.test('each change is recorded: action, the ids changed, the actor from the tok
   t.ok(BigInt(changes[0].id) > BigInt(changes[1].id), 'ids increase with time')
   for (const recorded of changes) {
     t.ok(Math.abs(Date.parse(recorded.at) - started) < 60_000, `${recorded.at} is now, RFC 3339`)
+  }
+})
+
+t.test('the history with and without the WAL position (replicas or not): the same page from the same cursor', async (t) => {
+  for (const id of ['p_read_orders', 'p_create_orders']) t.equal((await change('DELETE', [id])).status, 204)
+  const input = { resourceId: 'orders-api', clientId: 'app-a', limit: 1 }
+  const client = await harness.app.db.connect()
+  try {
+    const newest = await listPermissionChanges(client, input, { prepared: true, position: true })
+    t.match(newest.position, /^[0-9A-F]+\/[0-9A-F]+$/, 'the position of the state it read')
+    t.same(newest.changes.map(({ permissionIds }) => permissionIds), [['p_create_orders']])
+    const before = newest.changes[0].id
+    const positioned = await listPermissionChanges(client, { ...input, before }, { prepared: true, position: true })
+    const plain = await listPermissionChanges(client, { ...input, before }, { prepared: true })
+    t.same(positioned.changes.map(({ permissionIds }) => permissionIds), [['p_read_orders']], 'the page before the cursor')
+    t.same(positioned.changes, plain.changes, 'as read without the position')
+    t.equal(plain.position, undefined)
+  } finally {
+    client.release()
   }
 })
 

@@ -127,6 +127,11 @@ t.test('replay paused: with the DELETE\'s token the removed grant is gone (the p
   const unchanged = await call(relaxed, 'GET', ordersPath(), { 'if-none-match': removed.headers.get('etag')! })
   t.equal(unchanged.status, 304, 'If-None-Match with the DELETE\'s ETag, no token: decided on the primary')
   t.equal((await readCounts(relaxed))['fallback:behind_version'] - after['fallback:behind_version'], 1)
+  // The history too: with the token it has the DELETE's change, which the paused replica has not.
+  const historyPath = ordersPath().replace(/permissions$/, 'permission_changes')
+  const staleHistory = await call(relaxed, 'GET', historyPath)
+  const freshHistory = await call(relaxed, 'GET', historyPath, { 'consistency-token': consistency })
+  t.equal((freshHistory.body as unknown[]).length, (staleHistory.body as unknown[]).length + 1, 'the history read with the token has the DELETE')
   // Each answer's token is at least the one sent: a caller passing on the latest never goes back.
   t.ok(fresh.headers.get('consistency-token'))
   await cluster.resumeReplay()
