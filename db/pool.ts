@@ -172,6 +172,7 @@ export class DatabasePool extends pg.Pool {
     }
     // A new connection that timed out while others were answered just now: a database slow to
     // take one more connection under load, not one that is gone.
+    // Stryker disable next-line EqualityOperator: an answer exactly connectionWaitMs ago, to the fraction of a millisecond, is no case a test can make
     if (error.message === NEW_CONNECTION_TIMED_OUT && performance.now() - this.lastAnsweredAt < this.#connectionWaitMs) {
       return new ConnectionWaitTimeout(`no new database connection within ${this.#connectionWaitMs} ms while the database answers`, { cause: error })
     }

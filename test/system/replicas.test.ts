@@ -162,7 +162,8 @@ t.test('the replica stopped: reads go to the primary, no 5xx, one warning; start
   await until('the down line', () => downLines() > downBefore)
   t.equal(downLines() - downBefore, 1, 'said once')
   await cluster.startReplica()
-  await relaxed.logs.waitFor((line) => line.msg === 'database replica back: it takes reads again', 'the back line')
+  const back = await relaxed.logs.waitFor((line) => line.msg === 'database replica back: it takes reads again', 'the back line')
+  t.equal(back.replica, 'replica-1', 'the back line names the replica')
   await cluster.waitForReplay()
   await until('reads back on the replica', async () => {
     const mark = (await readCounts(relaxed))['read:replica-1']
