@@ -4,7 +4,6 @@
 // of ours never matches (and never reaches the database).
 import fc from 'fast-check'
 import t, { type Test } from 'tap'
-import { newestVersionNamed } from '../../src/routes/permissions/preconditions.js'
 import type { ObservedResponse } from '../support/contract.js'
 import { fastCheckSeed, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
@@ -57,15 +56,6 @@ function listOfLength (length: number, last: string): string {
   const more = Math.floor(room / 4)
   return '"1"' + ',"1"'.repeat(more) + ' '.repeat(room - more * 4) + tail
 }
-
-t.test('newestVersionNamed: the largest version an If-None-Match names (the state a replica must hold to decide it)', async (t) => {
-  t.equal(newestVersionNamed(undefined), undefined, 'no header')
-  t.equal(newestVersionNamed('*'), undefined, '* names none')
-  t.equal(newestVersionNamed('"7"'), 7n)
-  t.equal(newestVersionNamed('"5", W/"12", "9"'), 12n, 'weak or strong, anywhere in the list')
-  t.equal(newestVersionNamed('"12", "5", "9"'), 12n, 'first')
-  t.equal(newestVersionNamed('"x", "012", "0"'), undefined, 'tags that name no version')
-})
 
 t.test('GET answers a strong ETag, the same for every page, order and HEAD, different per authorization', async (t) => {
   const tag = await etag()
