@@ -61,20 +61,19 @@ export const feedSql = (byResource: boolean, position: boolean) => `
   )
   SELECT bounds.*, c.id, c.resource_id,
     -- Compact, in the spec's order (json_build_object would put spaces around every colon):
-    -- to_json quotes and escapes each text.
-    concat(
-      '{"id":"', c.id,
+    -- to_json quotes and escapes each text. Joined with ||, not concat(), which looks up each
+    -- argument's output function on every call (a page of 500 about a fifth faster in pgbench).
+    '{"id":"' || c.id::text ||
       -- As JavaScript's toISOString: UTC, milliseconds (truncated, as pg's Date parsing does). The
       -- colons quoted: pgbench (the bench's reference) would read :MI as one of its variables.
-      '","at":"', to_char(c.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24":"MI":"SS.MS"Z"'),
-      '","resource_id":', to_json(c.resource_id),
-      ',"client_id":', to_json(c.client_id),
-      ',"action":"', c.action,
-      '","permission_ids":', to_json(c.permission_ids),
+      '","at":"' || to_char(c.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24":"MI":"SS.MS"Z"') ||
+      '","resource_id":' || to_json(c.resource_id)::text ||
+      ',"client_id":' || to_json(c.client_id)::text ||
+      ',"action":"' || c.action ||
+      '","permission_ids":' || to_json(c.permission_ids)::text ||
       -- A claim the token did not carry is left out.
-      ',"actor":{', concat_ws(',', '"sub":' || to_json(c.actor_sub), '"client_id":' || to_json(c.actor_client_id)),
-      '},"request_id":', to_json(c.request_id),
-      '}') AS entry
+      ',"actor":{' || concat_ws(',', '"sub":' || to_json(c.actor_sub)::text, '"client_id":' || to_json(c.actor_client_id)::text) ||
+      '},"request_id":' || to_json(c.request_id)::text || '}' AS entry
   FROM bounds
   LEFT JOIN LATERAL (
     SELECT * FROM permission_changes
