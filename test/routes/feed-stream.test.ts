@@ -13,6 +13,7 @@ import { build, type Harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
 import { openStream, type OpenOptions, type SseStream } from '../support/sse.js'
 import { readToken, token } from '../support/tokens.js'
+import { until } from '../support/waiting.js'
 
 interface FeedEntry { id: string, resource_id: string, client_id: string, action: string, permission_ids: string[], request_id: string }
 
@@ -57,12 +58,6 @@ async function stream (t: Test, harness: Harness, query = '', { headers, ...opti
   const opened = await openStream(`${harness.baseUrl}/permission_changes${query}`, { headers: { authorization: `Bearer ${readToken()}`, ...headers }, ...options })
   t.teardown(() => opened.close())
   return opened
-}
-
-async function until (what: string, check: () => boolean | Promise<boolean>, timeoutMs = 15_000): Promise<void> {
-  for (const started = Date.now(); !(await check()); await sleep(50)) {
-    if (Date.now() - started > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
-  }
 }
 
 const ids = (events: ReadonlyArray<{ id?: string }>) => events.map(({ id }) => id)

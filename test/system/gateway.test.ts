@@ -22,6 +22,7 @@ import { serverProcess } from '../support/server-process.js'
 import { callerTraceparent, otlpReceiver } from '../support/otlp-receiver.js'
 import { openStream } from '../support/sse.js'
 import { PRODUCTION_AUDIENCE, PRODUCTION_ISSUER, productionClaims, TEST_SECRET, token } from '../support/tokens.js'
+import { until } from '../support/waiting.js'
 
 // Two replicas started three times, three gateways and the gateway's 10 s timeouts: on a loaded
 // machine (the suite's other files beside it) this file has run past tap's 120 s per file. Every
@@ -53,13 +54,6 @@ function start (command: string, args: string[], env: Record<string, string>): R
   // A safety net when a test fails midway; the last test stops everything in order.
   t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
   return { child, output: () => output }
-}
-
-async function until (what: string, check: () => Promise<boolean> | boolean, timeoutMs = 30_000): Promise<void> {
-  for (const started = Date.now(); Date.now() - started < timeoutMs; await sleep(100)) {
-    if (await check()) return
-  }
-  throw new Error(`timed out waiting for ${what}`)
 }
 
 /** What `promise` gives, or an error naming `what` after `timeoutMs`: no wait here is unbounded. */

@@ -16,6 +16,7 @@ import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { captureLogs, type CapturedLogs } from '../support/logs.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 import { TEST_SECRET, token } from '../support/tokens.js'
+import { until } from '../support/waiting.js'
 
 skipUnlessPostgresServer(t, 'the replica test')
 const cluster = await replicatedPostgres(t)
@@ -62,13 +63,6 @@ async function readCounts (base: Service): Promise<Record<string, number>> {
   const counts: Record<string, number> = {}
   for (const [, name, label, value] of text.matchAll(/^(db_reads_total|db_read_fallbacks_total)\{\w+="([\w-]+)"\} (\d+)/gm)) counts[`${name === 'db_reads_total' ? 'read' : 'fallback'}:${label}`] = Number(value)
   return counts
-}
-
-async function until (what: string, check: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
-  for (const started = Date.now(); Date.now() - started < timeoutMs; await sleep(50)) {
-    if (await check()) return
-  }
-  throw new Error(`timed out waiting for ${what}`)
 }
 
 const primary = new pg.Pool({ connectionString: cluster.primaryUrl, max: 2 })

@@ -12,6 +12,7 @@ import { createTestDatabase } from '../support/database.js'
 import { build } from '../support/harness.js'
 import { productionServerEnv, serverProcess } from '../support/server-process.js'
 import { productionClaims, readToken, token as tokenWith } from '../support/tokens.js'
+import { until } from '../support/waiting.js'
 
 t.test('draining: /readyz → 503 shutting-down while liveness and the API still answer', async (t) => {
   const harness = await build(t)
@@ -23,13 +24,6 @@ t.test('draining: /readyz → 503 shutting-down while liveness and the API still
   t.equal((await harness.request('/healthz')).status, 200)
   t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
 })
-
-async function until (what: string, check: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  for (const started = Date.now(); Date.now() - started < timeoutMs; await sleep(20)) {
-    if (await check()) return
-  }
-  throw new Error(`timed out waiting for ${what}`)
-}
 
 /** One GET on a new connection: its status, or the network error's code. */
 function get (port: number, path: string, token?: string): Promise<number | string> {
@@ -85,7 +79,7 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
   }
   const workers = Array.from({ length: 16 }, worker)
   // Under load: a few rounds of all sixteen answered before the signal.
-  await until('the load is running', () => results.length > 48)
+  await until('the load is running', () => results.length > 48, 10_000)
   const beforeSignal = results.length
 
   // Requests still arriving when the listener closes: each sends half its body now, the rest later.
@@ -103,7 +97,7 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
   await Promise.all(workers)
 
   // Past SHUTDOWN_DELAY_MS the listener closes, while the slow requests are still open.
-  await until('the listener closed', async () => (await get(port, '/healthz')) === 'ECONNREFUSED')
+  await until('the listener closed', async () => (await get(port, '/healthz')) === 'ECONNREFUSED', 10_000)
   t.equal(await get(port, '/healthz'), 'ECONNREFUSED', 'new connections are refused')
   t.equal(child.exitCode, null, 'still running while requests are in flight')
   for (const finish of slow) finish.sendRest()
