@@ -59,7 +59,7 @@ export async function newDatabase ({ migrated = false } = {}): Promise<{ url: st
   const name = `test_${randomBytes(6).toString('hex')}`
   const template = migrated ? process.env.TEST_TEMPLATE_DATABASE : undefined
   // FILE_COPY copies the template's files; the default (WAL_LOG) writes every page of it to the WAL,
-  // which for a small template costs the server about twice the CPU, and a test run makes about eighty.
+  // which for a small template costs the server about twice the CPU, and a test run makes some 170.
   await onTestServer(`CREATE DATABASE ${name}${template ? ` TEMPLATE ${template}` : ''} STRATEGY FILE_COPY`)
   undropped.add(name)
   return {
