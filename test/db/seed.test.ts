@@ -6,25 +6,7 @@ import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import { assertSeedData, SeedError, seedDatabase, type SeedData } from '../../db/seed.js'
 import { migrationsDir } from '../../src/project-root.js'
-import { createTestDatabase } from '../support/database.js'
-
-const tables = ['resources', 'clients', 'permissions', 'authorizations', 'grants'] as const
-type Counts = Record<typeof tables[number], number>
-
-/** Row counts of every table, or null when the schema has not been created. */
-async function counts (databaseUrl: string): Promise<Counts | null> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    const { rows: [{ exists }] } = await client.query("SELECT to_regclass('public.grants') IS NOT NULL AS exists")
-    if (!exists) return null
-    const result: Partial<Counts> = {}
-    for (const table of tables) result[table] = (await client.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0].n
-    return result as Counts
-  } finally {
-    await client.end()
-  }
-}
+import { createTestDatabase, rowCounts, type RowCounts, serviceTables } from '../support/database.js'
 
 function validDocument (): SeedData {
   return {
@@ -42,7 +24,7 @@ function validDocument (): SeedData {
     ]
   }
 }
-const validCounts: Counts = { resources: 2, clients: 2, permissions: 3, authorizations: 3, grants: 3 }
+const validCounts: RowCounts = { resources: 2, clients: 2, permissions: 3, authorizations: 3, grants: 3 }
 
 /** A pool on a migrated database of the test's own, closed when the test ends. */
 async function migratedPool (t: Test): Promise<{ url: string, pool: pg.Pool }> {
@@ -71,14 +53,14 @@ t.test('seeding again with the same document succeeds and changes nothing', asyn
   t.equal(await refusal(pool, validDocument()), undefined)
   const snapshot = async () => {
     const result: Record<string, unknown[]> = {}
-    for (const table of [...tables, 'migrations']) result[table] = (await pool.query(`SELECT * FROM ${table} AS row ORDER BY row::text`)).rows
+    for (const table of [...serviceTables, 'migrations']) result[table] = (await pool.query(`SELECT * FROM ${table} AS row ORDER BY row::text`)).rows
     return result
   }
   const before = await snapshot()
   for (const attempt of [1, 2]) {
     await migrateDatabase(pool, migrationsDir)
     t.equal(await refusal(pool, validDocument()), undefined, `run ${attempt + 1}`)
-    t.same(await counts(url), validCounts)
+    t.same(await rowCounts(url), validCounts)
   }
   t.same(await snapshot(), before, 'every row is as it was, names and descriptions included')
 })
@@ -189,14 +171,14 @@ t.test('a bad document is refused, says which entry is wrong and loads nothing o
       says: ['permissions[1] "p_read_orders": the id already belongs to a permission of another resource']
     }
   ]
-  const before = await counts(url)
+  const before = await rowCounts(url)
   t.same(before, validCounts)
   for (const { name, content, says } of cases) {
     await t.test(name, async (t) => {
       const error = await refusal(pool, JSON.parse(content))
       t.ok(error, 'refused')
       for (const expected of says) t.ok(error?.message.includes(expected), `names ${expected}: ${error?.message}`)
-      t.same(await counts(url), before, 'the tables are as they were')
+      t.same(await rowCounts(url), before, 'the tables are as they were')
       const { rows } = await pool.query(`
         SELECT (SELECT count(*) FROM resources WHERE id = 'new-api')::int AS resources,
                (SELECT count(*) FROM clients WHERE id = 'new-app')::int AS clients`)
@@ -218,5 +200,5 @@ t.test('a bad last authorization on an empty database: every table stays empty',
   document.authorizations!.push({ resource_id: 'reports-api', client_id: 'warehouse-app', permission_ids: ['p_read_orders'] })
   const error = await refusal(pool, document)
   t.ok(error?.message.includes('authorizations[3] (resource "reports-api", client "warehouse-app"): refers to something that does not exist'), error?.message ?? 'not refused')
-  t.same(await counts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 })
+  t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 })
 })

@@ -8,7 +8,7 @@ import { join } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
 import { projectRoot } from '../../src/project-root.js'
-import { createTestDatabase } from '../support/database.js'
+import { createTestDatabase, rowCounts } from '../support/database.js'
 import { nodeArgsOf } from '../support/node-args.js'
 
 interface Run { code: number | null, stdout: string, stderr: string }
@@ -30,24 +30,6 @@ function cli (script: string, args: string[], databaseUrl: string): Promise<Run>
   })
 }
 
-const tables = ['resources', 'clients', 'permissions', 'authorizations', 'grants'] as const
-type Counts = Record<typeof tables[number], number>
-
-/** Row counts of every table, or null when the schema has not been created. */
-async function counts (databaseUrl: string): Promise<Counts | null> {
-  const client = new pg.Client({ connectionString: databaseUrl })
-  await client.connect()
-  try {
-    const { rows: [{ exists }] } = await client.query("SELECT to_regclass('public.grants') IS NOT NULL AS exists")
-    if (!exists) return null
-    const result: Partial<Counts> = {}
-    for (const table of tables) result[table] = (await client.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0].n
-    return result as Counts
-  } finally {
-    await client.end()
-  }
-}
-
 const validDocument = {
   resources: [{ id: 'orders-api', name: 'Orders API' }, { id: 'reports-api' }],
   clients: [{ id: 'billing-app', name: 'Billing' }, { id: 'warehouse-app' }],
@@ -67,12 +49,12 @@ t.test('db:seed on an empty database applies the migrations, then loads the file
   const url = await createTestDatabase(t)
   const dir = t.testdir({ 'seed.json': JSON.stringify(validDocument) })
   const file = join(dir, 'seed.json')
-  t.equal(await counts(url), null, 'no schema before')
+  t.equal(await rowCounts(url), null, 'no schema before')
 
   const run = await cli('db-seed.ts', [file], url)
   t.equal(run.code, 0, run.stderr)
   t.equal(run.stdout.trim(), `Loaded ${file}: 2 resources, 2 clients, 3 permissions, 3 authorizations, 3 grants.`)
-  t.same(await counts(url), { resources: 2, clients: 2, permissions: 3, authorizations: 3, grants: 3 })
+  t.same(await rowCounts(url), { resources: 2, clients: 2, permissions: 3, authorizations: 3, grants: 3 })
 
   const client = new pg.Client({ connectionString: url })
   await client.connect()
@@ -116,7 +98,7 @@ t.test('db:seed refuses a file → exit 1, "Nothing was loaded." with the file a
     t.equal(run.stdout, '', `${name}: nothing claims to be loaded`)
     t.ok(run.stderr.startsWith(`Nothing was loaded. ${file}: `), `${name}: ${run.stderr}`)
     t.match(run.stderr, says, name)
-    t.same(await counts(url), after, `${name}: ${after ? 'migrated, nothing loaded' : 'the database is not touched'}`)
+    t.same(await rowCounts(url), after, `${name}: ${after ? 'migrated, nothing loaded' : 'the database is not touched'}`)
   }
 })
 
@@ -125,7 +107,7 @@ t.test('db:migrate applies the migrations to a fresh database, then says it is u
   const first = await cli('db-migrate.ts', [], url)
   t.equal(first.code, 0, first.stderr)
   t.match(first.stdout, /^Applied: .*0001_create_permissions\.sql.*0002_page_scaling\.sql.*0003_description_on_grant\.sql.*0004_authorization_version\.sql.*0005_permission_changes\.sql.*0006_append_only_history\.sql.*0007_change_feed\.sql.*0008_grants_described_per_statement\.sql$/m)
-  t.same(await counts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'the tables exist')
+  t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'the tables exist')
   const again = await cli('db-migrate.ts', [], url)
   t.equal(again.code, 0, again.stderr)
   t.equal(again.stdout.trim(), 'The database is up to date.')
@@ -160,5 +142,5 @@ t.test('their own argument rules: --help wins over a valid file; a missing or ex
       t.equal(stderr.trimEnd().split('\n').length, 1, `${what}: one line`)
     }
   }
-  t.equal(await counts(url), null, 'the database has no tables')
+  t.equal(await rowCounts(url), null, 'the database has no tables')
 })

@@ -71,6 +71,25 @@ export async function newDatabase ({ migrated = false } = {}): Promise<{ url: st
   }
 }
 
+/** The service's tables, in the order their foreign keys allow filling them. */
+export const serviceTables = ['resources', 'clients', 'permissions', 'authorizations', 'grants'] as const
+export type RowCounts = Record<typeof serviceTables[number], number>
+
+/** Row counts of every table of the service, or null when the schema has not been created. */
+export async function rowCounts (databaseUrl: string): Promise<RowCounts | null> {
+  const client = new pg.Client({ connectionString: databaseUrl })
+  await client.connect()
+  try {
+    const { rows: [{ exists }] } = await client.query("SELECT to_regclass('public.grants') IS NOT NULL AS exists")
+    if (!exists) return null
+    const result: Partial<RowCounts> = {}
+    for (const table of serviceTables) result[table] = (await client.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0].n
+    return result as RowCounts
+  } finally {
+    await client.end()
+  }
+}
+
 /** A new, empty database on the test server, dropped when the test ends. */
 export async function createTestDatabase (t: Test): Promise<string> {
   const { url, drop } = await newDatabase()
