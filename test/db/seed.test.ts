@@ -4,26 +4,10 @@
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
-import { assertSeedData, SeedError, seedDatabase, type SeedData } from '../../db/seed.js'
+import { assertSeedData, SeedError, seedDatabase } from '../../db/seed.js'
 import { migrationsDir } from '../../src/project-root.js'
 import { createTestDatabase, rowCounts, type RowCounts, serviceTables } from '../support/database.js'
-
-function validDocument (): SeedData {
-  return {
-    resources: [{ id: 'orders-api', name: 'Orders API' }, { id: 'reports-api' }],
-    clients: [{ id: 'billing-app', name: 'Billing' }, { id: 'warehouse-app' }],
-    permissions: [
-      { id: 'p_read_orders', resource_id: 'orders-api', name: 'read:orders', description: 'Read orders' },
-      { id: 'p_create_orders', resource_id: 'orders-api', name: 'create:orders' },
-      { id: 'p_read_reports', resource_id: 'reports-api', name: 'read:reports' }
-    ],
-    authorizations: [
-      { resource_id: 'orders-api', client_id: 'billing-app', permission_ids: ['p_read_orders', 'p_create_orders'] },
-      { resource_id: 'reports-api', client_id: 'billing-app', permission_ids: ['p_read_reports'] },
-      { resource_id: 'orders-api', client_id: 'warehouse-app' }
-    ]
-  }
-}
+import { seedingFixture } from '../support/fixtures.js'
 const validCounts: RowCounts = { resources: 2, clients: 2, permissions: 3, authorizations: 3, grants: 3 }
 
 /** A pool on a migrated database of the test's own, closed when the test ends. */
@@ -50,7 +34,7 @@ async function refusal (pool: pg.Pool, document: unknown): Promise<SeedError | u
 
 t.test('seeding again with the same document succeeds and changes nothing', async (t) => {
   const { url, pool } = await migratedPool(t)
-  t.equal(await refusal(pool, validDocument()), undefined)
+  t.equal(await refusal(pool, seedingFixture()), undefined)
   const snapshot = async () => {
     const result: Record<string, unknown[]> = {}
     for (const table of [...serviceTables, 'migrations']) result[table] = (await pool.query(`SELECT * FROM ${table} AS row ORDER BY row::text`)).rows
@@ -59,7 +43,7 @@ t.test('seeding again with the same document succeeds and changes nothing', asyn
   const before = await snapshot()
   for (const attempt of [1, 2]) {
     await migrateDatabase(pool, migrationsDir)
-    t.equal(await refusal(pool, validDocument()), undefined, `run ${attempt + 1}`)
+    t.equal(await refusal(pool, seedingFixture()), undefined, `run ${attempt + 1}`)
     t.same(await rowCounts(url), validCounts)
   }
   t.same(await snapshot(), before, 'every row is as it was, names and descriptions included')
@@ -67,14 +51,14 @@ t.test('seeding again with the same document succeeds and changes nothing', asyn
 
 t.test('seeding again with new descriptions: the grants carry them, a description at the bound included', async (t) => {
   const { pool } = await migratedPool(t)
-  await seedDatabase(pool, validDocument())
+  await seedDatabase(pool, seedingFixture())
   const granted = async () => (await pool.query(`
     SELECT client_id, permission_id, permission_description FROM grants WHERE resource_id = 'orders-api' ORDER BY 1, 2`)).rows
   t.same(await granted(), [
     { client_id: 'billing-app', permission_id: 'p_create_orders', permission_description: null },
     { client_id: 'billing-app', permission_id: 'p_read_orders', permission_description: 'Read orders' }
   ])
-  const changed = validDocument()
+  const changed = seedingFixture()
   changed.permissions![0].description = 'é'.repeat(255)
   changed.permissions![1].description = 'Create orders'
   changed.authorizations![2].permission_ids = ['p_read_orders']
@@ -93,7 +77,7 @@ t.test('seeding again with new descriptions: the grants carry them, a descriptio
 t.test('a bad document is refused, says which entry is wrong and loads nothing of it', async (t) => {
   // A database already holding the valid document: a refused one must leave it exactly as is.
   const { url, pool } = await migratedPool(t)
-  await seedDatabase(pool, validDocument())
+  await seedDatabase(pool, seedingFixture())
 
   // Valid new rows first, so a partial load would show in the counts.
   const fresh = {
@@ -196,7 +180,7 @@ t.test('a document with an unknown key is refused, naming it', async (t) => {
 
 t.test('a bad last authorization on an empty database: every table stays empty', async (t) => {
   const { url, pool } = await migratedPool(t)
-  const document = validDocument()
+  const document = seedingFixture()
   document.authorizations!.push({ resource_id: 'reports-api', client_id: 'warehouse-app', permission_ids: ['p_read_orders'] })
   const error = await refusal(pool, document)
   t.ok(error?.message.includes('authorizations[3] (resource "reports-api", client "warehouse-app"): refers to something that does not exist'), error?.message ?? 'not refused')

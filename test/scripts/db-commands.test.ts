@@ -9,6 +9,7 @@ import pg from 'pg'
 import t from 'tap'
 import { projectRoot } from '../../src/project-root.js'
 import { createTestDatabase, rowCounts } from '../support/database.js'
+import { seedingFixture } from '../support/fixtures.js'
 import { nodeArgsOf } from '../support/node-args.js'
 
 interface Run { code: number | null, stdout: string, stderr: string }
@@ -30,20 +31,7 @@ function cli (script: string, args: string[], databaseUrl: string): Promise<Run>
   })
 }
 
-const validDocument = {
-  resources: [{ id: 'orders-api', name: 'Orders API' }, { id: 'reports-api' }],
-  clients: [{ id: 'billing-app', name: 'Billing' }, { id: 'warehouse-app' }],
-  permissions: [
-    { id: 'p_read_orders', resource_id: 'orders-api', name: 'read:orders', description: 'Read orders' },
-    { id: 'p_create_orders', resource_id: 'orders-api', name: 'create:orders' },
-    { id: 'p_read_reports', resource_id: 'reports-api', name: 'read:reports' }
-  ],
-  authorizations: [
-    { resource_id: 'orders-api', client_id: 'billing-app', permission_ids: ['p_read_orders', 'p_create_orders'] },
-    { resource_id: 'reports-api', client_id: 'billing-app', permission_ids: ['p_read_reports'] },
-    { resource_id: 'orders-api', client_id: 'warehouse-app' }
-  ]
-}
+const validDocument = seedingFixture()
 
 t.test('db:seed on an empty database applies the migrations, then loads the file', async (t) => {
   const url = await createTestDatabase(t)
@@ -72,7 +60,7 @@ t.test('db:seed on an empty database applies the migrations, then loads the file
 })
 
 t.test('db:seed refuses a file → exit 1, "Nothing was loaded." with the file and why, nothing loaded', async (t) => {
-  const withBadLast = { ...validDocument, authorizations: [...validDocument.authorizations, { resource_id: 'reports-api', client_id: 'warehouse-app', permission_ids: ['p_read_orders'] }] }
+  const withBadLast = { ...validDocument, authorizations: [...validDocument.authorizations ?? [], { resource_id: 'reports-api', client_id: 'warehouse-app', permission_ids: ['p_read_orders'] }] }
   const cases = [
     // Refused before any database is touched (a file that cannot be read takes the same way).
     { name: 'not JSON', content: '{"resources": [{"id": "new-api"},]}', says: /is not valid JSON|in JSON at position/, after: null },

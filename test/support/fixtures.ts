@@ -1,4 +1,4 @@
-// Seed documents shared by the route tests.
+// Seed documents shared by the tests.
 import type { SeedData } from '../../db/seed.js'
 
 /** orders-api with 12 permissions; app-a holds 10 of them, app-b is authorized with none. */
@@ -43,6 +43,27 @@ export function shelfFixture (): SeedData {
     clients: [{ id: 'shelf-app' }],
     permissions,
     authorizations: [{ resource_id: 'shelf-api', client_id: 'shelf-app', permission_ids: held.map(({ id }) => id) }]
+  }
+}
+
+/**
+ * The seeding tests' document: two resources (one with a description-less permission), two clients,
+ * three authorizations (one with no grants); a fresh copy each call.
+ */
+export function seedingFixture (): SeedData {
+  return {
+    resources: [{ id: 'orders-api', name: 'Orders API' }, { id: 'reports-api' }],
+    clients: [{ id: 'billing-app', name: 'Billing' }, { id: 'warehouse-app' }],
+    permissions: [
+      { id: 'p_read_orders', resource_id: 'orders-api', name: 'read:orders', description: 'Read orders' },
+      { id: 'p_create_orders', resource_id: 'orders-api', name: 'create:orders' },
+      { id: 'p_read_reports', resource_id: 'reports-api', name: 'read:reports' }
+    ],
+    authorizations: [
+      { resource_id: 'orders-api', client_id: 'billing-app', permission_ids: ['p_read_orders', 'p_create_orders'] },
+      { resource_id: 'reports-api', client_id: 'billing-app', permission_ids: ['p_read_reports'] },
+      { resource_id: 'orders-api', client_id: 'warehouse-app' }
+    ]
   }
 }
 
