@@ -156,7 +156,12 @@ export class Problem extends Error {
     headers?: Record<string, string>
     shedReason?: string
   }) {
+    // A 4xx is an answer, not a fault: no one reads its stack, and capturing one (ten frames) took
+    // about 5 µs of every refused request. A 5xx keeps its stack for the logs.
+    const stackTraceLimit = Error.stackTraceLimit
+    if (init.status < 500) Error.stackTraceLimit = 0
     super(init.detail)
+    Error.stackTraceLimit = stackTraceLimit
     this.status = init.status
     // about:blank means "just the HTTP status"; its title is then the status phrase (RFC 9457 §4.2.1).
     this.type = init.type ?? 'about:blank'

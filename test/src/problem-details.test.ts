@@ -143,6 +143,18 @@ t.test('about:blank titles are RFC 9110 status phrases, in their current spellin
   t.equal(new Problem({ status: 599, detail: '' }).title, 'Error')
 })
 
+t.test('a 4xx problem captures no stack frames, a 5xx keeps them; the stack trace limit is left as it was', async (t) => {
+  const limit = Error.stackTraceLimit
+  const frames = (problem: Problem) => (problem.stack ?? '').split('\n').filter((line) => line.trimStart().startsWith('at ')).length
+  t.equal(frames(problems.missingCredentials()), 0, '401: none')
+  t.equal(frames(new Problem({ status: 499, detail: 'x' })), 0, '499: none')
+  t.match(problems.missingCredentials().stack, /^Error: This operation needs a Bearer token/, 'its message is still there')
+  t.ok(frames(new Problem({ status: 500, detail: 'x' })) > 0, '500: its frames')
+  t.ok(frames(problems.overloaded()) > 0, '503: its frames')
+  t.equal(Error.stackTraceLimit, limit, 'unchanged after either')
+  t.ok(frames(new Error('x')) > 0, 'other errors keep theirs')
+})
+
 t.test('Fastify validation errors → invalid-request with a JSON pointer per issue', async (t) => {
   const problem = toProblem(fastifyError({
     validationContext: 'querystring',
