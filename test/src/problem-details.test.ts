@@ -145,7 +145,7 @@ t.test('about:blank titles are RFC 9110 status phrases, in their current spellin
 
 t.test('a 4xx problem captures no stack frames, a 5xx keeps them; the stack trace limit is left as it was', async (t) => {
   const limit = Error.stackTraceLimit
-  const frames = (problem: Problem) => (problem.stack ?? '').split('\n').filter((line) => line.trimStart().startsWith('at ')).length
+  const frames = (error: Error) => (error.stack ?? '').split('\n').filter((line) => line.trimStart().startsWith('at ')).length
   t.equal(frames(problems.missingCredentials()), 0, '401: none')
   t.equal(frames(new Problem({ status: 499, detail: 'x' })), 0, '499: none')
   t.match(problems.missingCredentials().stack, /^Error: This operation needs a Bearer token/, 'its message is still there')
