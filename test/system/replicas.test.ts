@@ -12,7 +12,7 @@ import { parseLsn } from '../../db/lsn.js'
 import { seedDatabase } from '../../db/seed.js'
 import app, { serverOptions } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
-import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { captureLogs, type CapturedLogs } from '../support/logs.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 import { TEST_SECRET, token } from '../support/tokens.js'
@@ -78,7 +78,7 @@ t.test('reads are answered by the replica, writes by the primary; every answer c
   const page = await call(relaxed, 'GET', ordersPath())
   t.equal(page.status, 200)
   t.match(page.headers.get('consistency-token'), /^[0-9A-F]+\/[0-9A-F]+$/)
-  const history = await call(relaxed, 'GET', ordersPath().replace(/permissions$/, 'permission_changes'))
+  const history = await call(relaxed, 'GET', historyPath())
   t.equal(history.status, 200)
   t.ok(history.headers.get('consistency-token'))
   const feed = await call(relaxed, 'GET', '/permission_changes')
@@ -123,9 +123,8 @@ t.test('replay paused: with the DELETE\'s token the removed grant is gone (the p
   t.equal(unchanged.status, 304, 'If-None-Match with the DELETE\'s ETag (then an older tag), no token: decided on the primary')
   t.equal((await readCounts(relaxed))['fallback:behind_version'] - after['fallback:behind_version'], 1)
   // The history too: with the token it has the DELETE's change, which the paused replica has not.
-  const historyPath = ordersPath().replace(/permissions$/, 'permission_changes')
-  const staleHistory = await call(relaxed, 'GET', historyPath)
-  const freshHistory = await call(relaxed, 'GET', historyPath, { 'consistency-token': consistency })
+  const staleHistory = await call(relaxed, 'GET', historyPath())
+  const freshHistory = await call(relaxed, 'GET', historyPath(), { 'consistency-token': consistency })
   t.equal((freshHistory.body as unknown[]).length, (staleHistory.body as unknown[]).length + 1, 'the history read with the token has the DELETE')
   // Each answer's token is at least the one sent: a caller passing on the latest never goes back.
   t.ok(fresh.headers.get('consistency-token'))
@@ -210,7 +209,7 @@ t.test('the primary stopped: reads still answered by the replica, writes 503 dat
   const read = await call(relaxed, 'GET', ordersPath())
   t.equal(read.status, 200, 'read from the replica')
   t.same(ids(read), ids(seen))
-  const history = await call(relaxed, 'GET', ordersPath().replace(/permissions$/, 'permission_changes'))
+  const history = await call(relaxed, 'GET', historyPath())
   t.equal(history.status, 200, 'the history too')
   const write = await call(relaxed, 'DELETE', ordersPath(), {}, ['p_read_orders'])
   t.equal(write.status, 503)
