@@ -619,7 +619,8 @@ export interface components {
         /**
          * @description The version of the client's grants on the resource (RFC 9110 §8.8.3), a strong entity-tag
          *     holding a positive decimal number: the same for every page and order, new whenever a grant
-         *     is added or removed (by any writer). For If-None-Match and If-Match.
+         *     is added or removed, or a granted permission is renamed or described anew (by any writer).
+         *     For If-None-Match and If-Match.
          * @example "1042"
          */
         ETag: string;

@@ -286,6 +286,30 @@ t.test('each authorization counts its grants through inserts, deletes, cascades 
   await t.rejects(sql('UPDATE authorizations SET grant_count = -1 WHERE resource_id = $1', [resource]), { code: '23514' })
 })
 
+t.test('an authorization\'s version changes when a page of its grants would read differently, and only then (0004, 0009)', async (t) => {
+  const { resource, permissionIds: [first, second], clientIds: [holder, other] } = await arrange('shown', { permissions: 2, clients: 2 })
+  await sql('DELETE FROM grants WHERE client_id = $1 AND permission_id = $2', [other, first])
+  const versions = async () => Object.fromEntries((await sql(
+    'SELECT client_id, version::text FROM authorizations WHERE resource_id = $1', [resource])).rows.map((row) => [row.client_id, row.version]))
+  const before = await versions()
+
+  await sql("UPDATE permissions SET name = 'renamed:shown' WHERE id = $1", [first])
+  const renamed = await versions()
+  t.not(renamed[holder], before[holder], 'a rename of a permission the client holds')
+  t.equal(renamed[other], before[other], 'not for a client that does not hold it')
+
+  await sql("UPDATE permissions SET description = 'now described' WHERE id = $1", [second])
+  const described = await versions()
+  t.not(described[holder], renamed[holder], 'a new description')
+  t.not(described[other], renamed[other], 'for every client that holds the permission')
+  t.ok(BigInt(described[holder]) > BigInt(renamed[holder]), 'from the one sequence: newer is larger')
+
+  await sql("UPDATE permissions SET description = 'now described' WHERE id = $1", [second])
+  await sql('UPDATE grants SET permission_description = permission_description WHERE resource_id = $1', [resource])
+  await sql("UPDATE permissions SET name = 'renamed:shown' WHERE id = $1", [first])
+  t.same(await versions(), described, 'updates that change nothing a page shows keep the version')
+})
+
 t.test('TRUNCATE of the grants zeroes every count', async (t) => {
   const pool = await migratedPool(t)
   await pool.query(`
@@ -428,7 +452,7 @@ t.test('migration 0003 gives the grants of an existing database their descriptio
       ('old-1', 'old-api', 'read:one', 'one'), ('old-2', 'old-api', 'read:two', NULL), ('old-3', 'old-api', 'read:three', 'three');
     INSERT INTO authorizations (resource_id, client_id) VALUES ('old-api', 'old-app');
     INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('old-api', 'old-app', 'old-1'), ('old-api', 'old-app', 'old-2')`)
-  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql'])
   t.same((await pool.query('SELECT permission_id, permission_description FROM grants ORDER BY permission_id')).rows,
     [{ permission_id: 'old-1', permission_description: 'one' }, { permission_id: 'old-2', permission_description: null }])
   t.same((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows, [{ n: 2 }], 'the count is untouched')

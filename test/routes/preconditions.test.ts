@@ -65,7 +65,7 @@ t.test('GET answers a strong ETag, the same for every page, order and HEAD, diff
   t.not(await etag(ordersPath('app-b')), tag, 'another client\'s grants')
 })
 
-t.test('the ETag changes whenever the grants change, by any writer, and only then', async (t) => {
+t.test('the ETag changes whenever the grants change, or what a page shows of them, by any writer, and only then', async (t) => {
   const tags = [await etag()]
   t.equal((await change('DELETE', ['p_read_orders'])).status, 204)
   tags.push(await etag())
@@ -78,10 +78,15 @@ t.test('the ETag changes whenever the grants change, by any writer, and only the
   t.equal((await change('DELETE', ['nope'])).status, 422)
   t.equal(await etag(), tags[2], 'a refused change changes nothing')
   await harness.db.query("UPDATE permissions SET description = 'renamed' WHERE id = 'p_read_orders'")
-  t.equal(await etag(), tags[2], 'a permission\'s description is not a change of the grants')
+  tags.push(await etag())
+  t.not(tags[3], tags[2], 'a granted permission described anew: its pages read differently (migration 0009)')
+  await harness.db.query("UPDATE permissions SET name = 'read:renamed' WHERE id = 'p_read_orders'")
+  tags.push(await etag())
+  await harness.db.query("UPDATE permissions SET name = 'read:renamed', description = 'renamed' WHERE id = 'p_read_orders'")
+  t.equal(await etag(), tags[4], 'an update that changes nothing')
   await harness.db.query("DELETE FROM permissions WHERE id = 'p_create_orders'")
   tags.push(await etag())
-  t.equal(new Set(tags).size, 4, `every change a new tag: ${tags.join(' ')}`)
+  t.equal(new Set(tags).size, 6, `every change a new tag: ${tags.join(' ')}`)
 })
 
 t.test('a DELETE or POST answers 204 with the ETag the grants now have: a later If-Match with it holds', async (t) => {
