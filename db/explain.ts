@@ -2,10 +2,11 @@
 // (plugins/db.ts), on one connection of the pool.
 import type pg from 'pg'
 
-// EXECUTE takes no bound parameters: the values are written out as literals.
+// EXECUTE takes no bound parameters: the values are written out as literals. An empty ARRAY[] has
+// no type; '{}' takes the parameter's.
 function literal (value: unknown): string {
   if (value === null) return 'NULL'
-  if (Array.isArray(value)) return `ARRAY[${value.map(literal).join(', ')}]`
+  if (Array.isArray(value)) return value.length === 0 ? "'{}'" : `ARRAY[${value.map(literal).join(', ')}]`
   return typeof value === 'number' ? String(value) : `'${String(value).replaceAll("'", "''")}'`
 }
 

@@ -1,6 +1,6 @@
 // Prometheus metrics at GET /metrics (fastify-metrics on prom-client): request duration histograms
-// by route, method and status, process metrics, the pg pool's connections, database errors, and
-// requests shed under overload.
+// by route, method and status, process metrics, the pg pool's connections, database errors,
+// requests shed under overload, and the list's page cache.
 // METRICS_ENABLED=false turns it off. Meant for the internal scraper, not the gateway's clients:
 // with METRICS_PORT the scrape is served on a listener of its own, and the API port has no /metrics.
 // https://github.com/SkeLLLa/fastify-metrics
@@ -88,6 +88,24 @@ export default fp(async function metrics (fastify) {
     help: 'Change feed streams cut since the start because their consumer read too slowly (FEED_STREAM_BUFFER_BYTES)',
     collect () { this.set(feed.cut) }
   })
+  const { listPages } = fastify
+  if (listPages) {
+    new client.Counter({ // eslint-disable-line no-new
+      name: 'list_page_cache_reads_total',
+      help: 'Pages of the list sent, by outcome: hit (kept, the database sent only its version), miss (built by the database)',
+      labelNames: ['outcome'],
+      collect () {
+        this.reset()
+        this.inc({ outcome: 'hit' }, listPages.hits)
+        this.inc({ outcome: 'miss' }, listPages.misses)
+      }
+    })
+    new client.Gauge({ // eslint-disable-line no-new
+      name: 'list_page_cache_bytes',
+      help: 'Bytes of list pages kept (LIST_PAGE_CACHE_BYTES at most)',
+      collect () { this.set(listPages.bytes) }
+    })
+  }
 
   const { replicas } = fastify
   if (replicas) {
@@ -135,4 +153,4 @@ export default fp(async function metrics (fastify) {
     fastify.log.info({ address: metricsServer.addresses()[0] }, 'metrics listening')
   })
   fastify.addHook('onClose', async () => { await metricsServer?.close() })
-}, { name: 'metrics', dependencies: ['env', 'db', 'feed'] })
+}, { name: 'metrics', dependencies: ['env', 'db', 'feed', 'list-pages'] })

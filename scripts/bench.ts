@@ -109,7 +109,7 @@ async function replicaScenario (bench: Bench, commonEnv: Env): Promise<ReplicaRe
     baseline,
     statementTps: hasPgbench(bench)
       ? async (url, position, seconds) => await statementTps(bench, listGrantedPermissionsSql(parseSortBy(pageZero.sortBy), position),
-        { p1: RESOURCE_ID, p2: pageZero.client, p3: String(pageZero.limit), p4: '0' }, seconds, url)
+        { p1: RESOURCE_ID, p2: pageZero.client, p3: String(pageZero.limit), p4: '0', p5: '{}' }, seconds, url)
       : undefined,
     onCreated: bench.stopOnClose,
     log: bench.log

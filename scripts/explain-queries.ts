@@ -48,17 +48,17 @@ async function main (args: string[]): Promise<number> {
       console.log(`-- ${title}\n${await explainPrepared(pool, sql, values)}\n`)
     }
     const list = (sortBy: string) => listGrantedPermissionsSql(parseSortBy(sortBy))
-    await explain('GET page 0, limit 50, sort_by=name.asc; client with 1,000 grants', list('name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
+    await explain('GET page 0, limit 50, sort_by=name.asc; client with 1,000 grants', list('name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0, []])
     await explain(`GET deepest page, limit 500; client with ${scale.bigGrants} grants`, list('name.asc'),
-      [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1])
-    await explain('GET page 0, limit 50, sort_by=id.desc; client with 1,000 grants', list('id.desc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
+      [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1, []])
+    await explain('GET page 0, limit 50, sort_by=id.desc; client with 1,000 grants', list('id.desc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0, []])
     await explain('GET page 0, limit 50, sort_by=description.desc,name.asc; client with 1,000 grants',
-      list('description.desc,name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0])
+      list('description.desc,name.asc'), [RESOURCE_ID, SMALL_CLIENT, 50, 0, []])
     // The order that read all of a client's grants before migration 0003, at both ends of the list.
     await explain(`GET page 0, limit 500, sort_by=description.desc; client with ${scale.bigGrants} grants`,
-      list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, 0])
+      list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, 0, []])
     await explain(`GET deepest page, limit 500, sort_by=description.desc; client with ${scale.bigGrants} grants`,
-      list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1])
+      list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1, []])
     const { rows } = await pool.query('SELECT permission_id FROM grants WHERE resource_id = $1 AND client_id = $2 LIMIT 500', [RESOURCE_ID, BIG_CLIENT])
     await explain('DELETE 500 ids (rolled back)', unauthorizeSql, [RESOURCE_ID, BIG_CLIENT, rows.map((row) => row.permission_id), null, 'explain', null, 'explain']) // rolled back: no history is kept
   } finally {

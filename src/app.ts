@@ -9,6 +9,7 @@ import db from '../plugins/db.js'
 import docs from '../plugins/docs.js'
 import env from '../plugins/env.js'
 import feed from '../plugins/feed.js'
+import listPages from '../plugins/list-pages.js'
 import lifecycle from '../plugins/lifecycle.js'
 import metrics from '../plugins/metrics.js'
 import pressure from '../plugins/pressure.js'
@@ -126,6 +127,7 @@ async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
   await fastify.register(lifecycle)
   await fastify.register(db)
   await fastify.register(feed)
+  await fastify.register(listPages)
   await fastify.register(docs)
   await fastify.register(pressure)
   await fastify.register(metrics)

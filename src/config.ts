@@ -86,6 +86,9 @@ const schema = {
     FEED_MAX_STREAMS: { type: 'integer', minimum: 0, maximum: 100000, default: 200 },
     FEED_HEARTBEAT_MS: { type: 'integer', minimum: 100, maximum: 15000, default: 10000 },
     FEED_STREAM_BUFFER_BYTES: { type: 'integer', minimum: 1024, maximum: 67108864, default: 262144 },
+    // Pages of the list kept in memory by the authorization's version, up to this many bytes (0: none).
+    // Each read still asks the database for the version, and gets the page only when it changed.
+    LIST_PAGE_CACHE_BYTES: { type: 'integer', minimum: 0, maximum: 1073741824, default: 8388608 },
     LOG_LEVEL: { type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
     // Behind the API gateway: "true", or the gateway's addresses (comma-separated).
     TRUST_PROXY: { type: 'string', default: 'false' },

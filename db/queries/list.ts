@@ -10,6 +10,11 @@ export interface ListGrantedPermissionsInput {
   /** A page number: `limit * page` rows are skipped, multiplied as bigint in SQL. */
   page: number
   sort: SortKey[]
+  /**
+   * Versions whose page the caller has already (a tag of If-None-Match, a page kept by the version):
+   * when the authorization is at one of them, PostgreSQL does not build the page.
+   */
+  knownVersions?: string[]
 }
 
 export interface PermissionPage extends Target {
@@ -19,8 +24,9 @@ export interface PermissionPage extends Target {
    * into objects row by row and serialized again, 50 rows cost the service more than the rest of
    * the request's layers together (BENCH_ONLY=ladder); they are written out as read. Its reader
    * takes it out of this object, as the row is taken out of pg's result (`takeRows` says why).
+   * Undefined when the version is one of the input's knownVersions.
    */
-  permissionsJson: string
+  permissionsJson?: string
   /** The authorization's version (migration 0004), behind the ETag; undefined when not authorized. */
   version?: string
   /** The WAL position of the state read, when asked for (StatementOptions.position). */
@@ -65,7 +71,8 @@ function pageOf (keys: SortKey[], when: string, limit: string, offset: string): 
 }
 
 /**
- * The list statement for one sort order; $1 resource id, $2 client id, $3 limit, $4 page.
+ * The list statement for one sort order; $1 resource id, $2 client id, $3 limit, $4 page, $5 the
+ * versions whose page is not wanted (bigint[]: the page is NULL when the authorization is at one).
  * The total comes from the authorization's grant count, and a page in the back half of the list is
  * read backwards from the end: either way the statement reads about one page of rows, wherever the
  * page is. Page and total come from one snapshot, in one row: the page is its JSON text.
@@ -87,7 +94,8 @@ export function listGrantedPermissionsSql (sort: SortKey[], position = false): s
       CASE WHEN t.total IS NULL THEN EXISTS (SELECT 1 FROM resources WHERE id = $1) ELSE true END AS resource_exists,
       CASE WHEN t.total IS NULL THEN EXISTS (SELECT 1 FROM clients WHERE id = $2) ELSE true END AS client_exists,
       t.total IS NOT NULL AS authorized, coalesce(t.total, 0) AS total, t.version,${position ? ' t.position,' : ''}
-      (
+      -- A page the caller has is not built: CASE runs the subquery only when it is wanted.
+      CASE WHEN t.version = ANY ($5::bigint[]) THEN NULL ELSE (
         -- Compact, in the spec's order, a missing description left out (json_build_object would
         -- put spaces around every colon); to_json quotes and escapes each text as JSON.stringify does.
         -- Joined with ||, not concat(), which looks up each argument's output function on every
@@ -102,7 +110,7 @@ export function listGrantedPermissionsSql (sort: SortKey[], position = false): s
           (${pageOf(backwards, 't.skip * 2 >= t.total',
             'greatest(least($3::bigint, t.total - t.skip), 0)', 'greatest(t.total - t.skip - $3::bigint, 0)')})
         ) page
-      ) AS page
+      ) END AS page
     FROM t`
 }
 
@@ -127,7 +135,7 @@ function listStatement (sort: SortKey[], position: boolean): { name: string, tex
  */
 export async function listGrantedPermissions (db: Queryable, input: ListGrantedPermissionsInput, options: StatementOptions): Promise<PermissionPage> {
   const { name, text } = listStatement(input.sort, options.position === true)
-  const [row] = takeRows(await db.query<TargetRow & { total: string, version: string | null, position?: string, page: string }>(
-    statement(name, text, [input.resourceId, input.clientId, input.limit, input.page], options)))
-  return { ...targetOf(row), total: Number(row.total), permissionsJson: row.page, version: row.version ?? undefined, position: row.position }
+  const [row] = takeRows(await db.query<TargetRow & { total: string, version: string | null, position?: string, page: string | null }>(
+    statement(name, text, [input.resourceId, input.clientId, input.limit, input.page, input.knownVersions ?? []], options)))
+  return { ...targetOf(row), total: Number(row.total), permissionsJson: row.page ?? undefined, version: row.version ?? undefined, position: row.position }
 }

@@ -3,7 +3,7 @@
 // module, loaded from its build (dist/, which the bench makes first) so that a step runs the very
 // code the service runs; only the glue that stacks them is here. Configured as the service is:
 // from the environment, through src/config.ts. Prints its URL once it listens.
-//   LADDER_STEP=minimal|validated|pool|statement|auth-hs256|auth-rs256|hooks|headers PORT=… DATABASE_URL=… JWT_…=… \
+//   LADDER_STEP=minimal|validated|pool|statement|auth-hs256|auth-rs256|hooks|headers|kept-pages PORT=… DATABASE_URL=… JWT_…=… \
 //     node --import tsx scripts/bench/ladder-server.ts
 // The steps, each adding to the one before:
 //   minimal     Fastify (no logger), one pg.Pool of DATABASE_POOL_MAX connections, the best SQL for the
@@ -19,7 +19,10 @@
 //               plugins/pressure.ts and plugins/metrics.ts (with plugins/feed.ts, which it needs), in
 //               src/app.ts's order
 //   headers     the route itself (src/routes/permissions/list.ts): ETag, If-None-Match, Link,
-//               X-Total-Count, Consistency-Token
+//               X-Total-Count, Consistency-Token, with its page cache off (LIST_PAGE_CACHE_BYTES=0):
+//               every read builds its page
+//   kept-pages  the route with its page cache (LIST_PAGE_CACHE_BYTES as configured): a read of a
+//               page unchanged since the last one gets the version from the database, not the page
 import Fastify from 'fastify'
 import pg from 'pg'
 import type * as Sort from '../../db/queries/sort.js'
@@ -28,6 +31,7 @@ import type * as AuthKey from '../../plugins/auth/key.js'
 import type * as DbPlugin from '../../plugins/db.js'
 import type * as EnvPlugin from '../../plugins/env.js'
 import type * as FeedPlugin from '../../plugins/feed.js'
+import type * as ListPagesPlugin from '../../plugins/list-pages.js'
 import type * as MetricsPlugin from '../../plugins/metrics.js'
 import type * as PressurePlugin from '../../plugins/pressure.js'
 import type * as ConfigModule from '../../src/config.js'
@@ -40,7 +44,7 @@ import type * as Validation from '../../src/validation.js'
 import { isEntryPoint } from '../../src/command-line.js'
 import { idealListSql } from './best-sql.js'
 
-const STEPS = ['minimal', 'validated', 'pool', 'statement', 'auth-hs256', 'auth-rs256', 'hooks', 'headers'] as const
+const STEPS = ['minimal', 'validated', 'pool', 'statement', 'auth-hs256', 'auth-rs256', 'hooks', 'headers', 'kept-pages'] as const
 /** The steps this server serves; the ladder's last, the service, is the service's own build. */
 export type ServedStep = typeof STEPS[number]
 
@@ -59,7 +63,7 @@ async function serve (): Promise<void> {
   const { authOptionsOf } = await built<typeof AuthKey>('plugins/auth/key.js')
   const { operations } = await built<typeof Operations>('src/generated/operations.js')
 
-  const config = loadStartupConfig(process.env)
+  const config = loadStartupConfig(step === 'headers' ? { ...process.env, LIST_PAGE_CACHE_BYTES: '0' } : process.env)
   const route = operations.listClientPermissions
   type List = OperationTypes['listClientPermissions']
 
@@ -110,6 +114,7 @@ async function serve (): Promise<void> {
     await app.register(db)
     if (has('hooks')) {
       await app.register((await built<typeof FeedPlugin>('plugins/feed.js')).default)
+      await app.register((await built<typeof ListPagesPlugin>('plugins/list-pages.js')).default)
       await app.register((await built<typeof PressurePlugin>('plugins/pressure.js')).default)
       await app.register((await built<typeof MetricsPlugin>('plugins/metrics.js')).default)
     }

@@ -3,7 +3,7 @@
 // the client holding 1,000 grants. Each step is a process of its own built from the service's own
 // modules (scripts/bench/ladder-server.ts says what each adds), the last the service itself,
 // started as the bench starts it:
-//   minimal → validated → pool → statement → auth-hs256 → auth-rs256 → hooks → headers → service
+//   minimal → validated → pool → statement → auth-hs256 → auth-rs256 → hooks → headers → kept-pages → service
 // All run side by side on the same database. First a guard: every step answers the page with the
 // service's body byte for byte, and the headers and refusals its layers add, or nothing is measured
 // (a step that did less work would look cheap). Then, after a warm-up, BENCH_ROUNDS rounds of
@@ -46,7 +46,8 @@ export const LADDER_STEPS: ReadonlyArray<{ key: StepKey, adds: string }> = [
   { key: 'auth-hs256', adds: 'plugins/auth/: a Bearer token checked, HS256 (verified tokens cached), scope read:resource' },
   { key: 'auth-rs256', adds: 'the same with RS256 (JWT_PUBLIC_KEY), as the service is benched' },
   { key: 'hooks', adds: 'the request id and X-Request-Id, plugins/pressure.ts, plugins/metrics.ts' },
-  { key: 'headers', adds: 'the route itself: ETag, If-None-Match, Link, X-Total-Count' },
+  { key: 'headers', adds: 'the route itself: ETag, If-None-Match, Link, X-Total-Count, its page cache off (every read builds its page)' },
+  { key: 'kept-pages', adds: 'the route\'s page cache (LIST_PAGE_CACHE_BYTES): the page unchanged, the database sends its version only' },
   { key: 'service', adds: 'the rest of the service (dist/src/server.js): logger, server options, error handling, other plugins and routes' }
 ]
 const indexOf = (key: StepKey) => LADDER_STEPS.findIndex((step) => step.key === key)

@@ -46,7 +46,7 @@ export const pageZeroPath = (grants: number) => listPath(pageZero.client) + sear
 export async function measureList ({ bench, scale, serviceUrl, ceilingUrl, record }: TableRun): Promise<void> {
   for (const scenario of listScenarios.filter(({ name }) => bench.selected(name))) {
     const path = listPath(scenario.client) + search(scenario, scale)
-    const variables = { p1: RESOURCE_ID, p2: scenario.client, p3: String(scenario.limit), p4: String(scenario.page(scale)) }
+    const variables = { p1: RESOURCE_ID, p2: scenario.client, p3: String(scenario.limit), p4: String(scenario.page(scale)), p5: '{}' }
     const serviceRun = await load(bench, { url: serviceUrl + path, headers: bench.tokens.readHeaders, expect: 200 })
     const httpRun = await load(bench, { url: ceilingUrl + path, expect: 200 })
     const dbCeiling = await databaseCeiling(bench, listGrantedPermissionsSql(parseSortBy(scenario.sortBy)), variables)
@@ -69,7 +69,7 @@ export async function ceilingPagesOf (serviceUrl: string, headers: Record<string
 export async function explainList (bench: Bench, scale: Scale): Promise<void> {
   const sections: string[] = []
   for (const scenario of listScenarios) {
-    const values = [RESOURCE_ID, scenario.client, scenario.limit, scenario.page(scale)]
+    const values = [RESOURCE_ID, scenario.client, scenario.limit, scenario.page(scale), []]
     const plan = await explainPrepared(bench.db, listGrantedPermissionsSql(parseSortBy(scenario.sortBy)), values)
     sections.push(`-- ${scenario.name} (${search(scenario, scale)}) at ${scale.grants} grants\n${plan}`)
   }

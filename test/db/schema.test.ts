@@ -528,10 +528,10 @@ t.test('the list and unauthorize statements read about one page of the client\'s
   const { rows: [{ version }] } = await pool.query("SELECT version::int FROM authorizations WHERE resource_id = 'api-2' AND client_id = 'app-042'")
   // The statements exactly as the service runs them (db/queries/).
   const statements: Record<string, [string, unknown[]]> = {
-    'list by name': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 0]],
-    'list by name, last page': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 19]],
-    'list by id, desc': [listGrantedPermissionsSql([{ property: 'id', direction: 'desc' }]), ['api-2', 'app-042', 50, 3]],
-    'list by name, desc, page 15': [listGrantedPermissionsSql([{ property: 'name', direction: 'desc' }]), ['api-2', 'app-042', 50, 15]],
+    'list by name': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 0, []]],
+    'list by name, last page': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 19, []]],
+    'list by id, desc': [listGrantedPermissionsSql([{ property: 'id', direction: 'desc' }]), ['api-2', 'app-042', 50, 3, []]],
+    'list by name, desc, page 15': [listGrantedPermissionsSql([{ property: 'name', direction: 'desc' }]), ['api-2', 'app-042', 50, 15, []]],
     unauthorize: [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], null, 'sub', null, 'req-1']],
     'unauthorize if match': [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], [version], 'sub', null, 'req-1']]
   }
@@ -578,7 +578,7 @@ t.test('the list and unauthorize statements read about one page of the client\'s
   for (const keys of orders) {
     for (const { page, reads } of pages) {
       const what = `${keys.map(({ property, direction }) => `${property}.${direction}`).join(',')} page ${page}`
-      const nodes = planNodes(await explainPreparedTree(pool, listGrantedPermissionsSql(keys), ['api-2', 'app-042', 50, page]))
+      const nodes = planNodes(await explainPreparedTree(pool, listGrantedPermissionsSql(keys), ['api-2', 'app-042', 50, page, []]))
       const summary = nodes.map(describe).join(' > ')
       // The one sort allowed puts a page read backwards back in order: the page's rows, no more.
       t.notOk(nodes.some((node) => node['Node Type'].includes('Sort') && node.Plans?.some((child) => child['Actual Rows'] * child['Actual Loops'] > 50)),
@@ -599,7 +599,7 @@ t.test('the list and unauthorize statements read about one page of the client\'s
 
   const page = await listGrantedPermissions(pool, { resourceId: 'api-2', clientId: 'app-042', limit: 50, page: 0, sort: [{ property: 'name', direction: 'asc' }] }, { prepared: true })
   t.equal(page.total, 1000)
-  const permissions = JSON.parse(page.permissionsJson) as Array<{ id: string }>
+  const permissions = JSON.parse(page.permissionsJson!) as Array<{ id: string }>
   t.equal(permissions.length, 50)
   t.ok(permissions.every(({ id }) => id.startsWith('perm-2-')), 'only the permissions of the resource asked for')
 })

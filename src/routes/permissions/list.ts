@@ -5,40 +5,55 @@ import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { collectionUrl, pageLinks } from '../links.js'
 import { consistencyTokenOf, sendConsistencyToken } from '../consistency.js'
-import { etagOf, newestVersionNamed, noneMatchFails } from './preconditions.js'
+import { etagOf, newestVersionNamed, noneMatchFails, versionsNamed } from './preconditions.js'
 import { assertClientAuthorized } from './target.js'
 
 type List = Operations['listClientPermissions']
 const { url, schema, config } = operations.listClientPermissions
 
 export default async function listPermissions (fastify: FastifyInstance) {
+  const pages = fastify.listPages
+
   fastify.get<{
     Params: List['parameters']['path']
     Querystring: Required<NonNullable<List['parameters']['query']>>
-    // The 200's page is JSON text made by PostgreSQL (db/queries/list.ts), in the spec's shape.
-    Reply: { 200: string, 304: undefined }
+    // The 200's page is JSON made by PostgreSQL (db/queries/list.ts), in the spec's shape.
+    Reply: { 200: Buffer, 304: undefined }
   }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, offset: page, sort_by: sortBy } = request.query
-    const newest = newestVersionNamed(request.headers['if-none-match'])
-    const result = await fastify.queries.listGrantedPermissions({ resourceId, clientId, limit, page, sort: parseSortBy(sortBy) }, {
+    const noneMatch = request.headers['if-none-match']
+    const newest = newestVersionNamed(noneMatch)
+    const key = pages && JSON.stringify([resourceId, clientId, sortBy, limit, page])
+    const kept = key === undefined ? undefined : pages!.candidate(key)
+    // The database builds the page only when the authorization is at none of these versions.
+    const knownVersions = versionsNamed(noneMatch)
+    if (kept !== undefined) knownVersions.push(kept.version)
+    const result = await fastify.queries.listGrantedPermissions({ resourceId, clientId, limit, page, sort: parseSortBy(sortBy), knownVersions }, {
       after: consistencyTokenOf(request),
       // Decided against a state at least as new as the version the caller names.
       satisfied: newest === undefined ? undefined : ({ version }) => version !== undefined && BigInt(version) >= newest
     })
     sendConsistencyToken(reply, result.position)
     assertClientAuthorized(result, resourceId, clientId)
-    const etag = etagOf(result.version!)
-    reply.header('etag', etag)
-    if (noneMatchFails(request.headers['if-none-match'], result.version!)) return reply.code(304).send()
+    const version = result.version!
+    reply.header('etag', etagOf(version))
+    if (noneMatchFails(noneMatch, version)) return reply.code(304).send()
     reply.header('x-total-count', result.total)
     reply.header('link', pageLinks(collectionUrl(request, resourceId, clientId), { limit, page, sortBy, total: result.total }))
+    reply.type('application/json; charset=utf-8')
+    if (result.permissionsJson === undefined) {
+      // Not built: the authorization is at the kept page's version (one the caller named is a 304).
+      if (kept?.version !== version) throw new Error(`the list built no page for version ${version}`)
+      pages!.served(key!, kept)
+      return reply.code(200).send(kept.body)
+    }
     // The page as PostgreSQL wrote it, in the spec's shape (the contract tests check every answer),
     // taken out of the result so that the settled promises holding it do not keep it alive (takeRows).
-    const permissions = result.permissionsJson
-    // Stryker disable next-line StringLiteral: memory only, nothing reads the field again (BENCH_ONLY=overload: RSS)
-    result.permissionsJson = ''
-    reply.type('application/json; charset=utf-8')
-    return reply.code(200).send(permissions)
+    const body = Buffer.from(result.permissionsJson)
+    // Stryker disable next-line all: memory only, nothing reads the field again (BENCH_ONLY=overload: RSS)
+    result.permissionsJson = undefined
+    if (key !== undefined) pages!.built(key, { version, body })
+    return reply.code(200).send(body)
   })
 }

@@ -39,16 +39,19 @@ export function ifMatchVersions (header: string | undefined): string[] | undefin
   return entityTagsOf(header).filter(({ weak, opaque }) => !weak && isVersion(opaque)).map(({ opaque }) => opaque)
 }
 
+/** The versions an If-None-Match names (weak comparison: weak tags too), as the database writes them; `*` names none. */
+export function versionsNamed (header: string | undefined): string[] {
+  if (header === undefined) return []
+  return entityTagsOf(header).filter(({ opaque }) => isVersion(opaque)).map(({ opaque }) => opaque)
+}
+
 /**
  * The newest version an If-None-Match names, if any: the state that decides it must be at least
  * that new (a replica behind it could answer 200 for a tag the caller already holds, or worse).
  */
 export function newestVersionNamed (header: string | undefined): bigint | undefined {
-  // `*` names no version: it holds no entity tag.
-  if (header === undefined) return undefined
   let newest: bigint | undefined
-  for (const { opaque } of entityTagsOf(header)) {
-    if (!isVersion(opaque)) continue
+  for (const opaque of versionsNamed(header)) {
     const version = BigInt(opaque)
     if (newest === undefined || version > newest) newest = version
   }

@@ -1,0 +1,68 @@
+// Pages of the list kept by the authorization's version (LIST_PAGE_CACHE_BYTES). A read names the
+// version of the page kept for it, and the database builds and sends the page only when the
+// authorization is at another (db/queries/list.ts). The version changes whenever a page would read
+// differently (migrations 0004, 0009), so a kept page is never served stale, whichever instance or
+// writer changed the grants. What it saves is the page's JSON, built by PostgreSQL and carried to
+// the service, on every read of a page that has not changed (docs/performance.md).
+
+/** A page's bytes as sent, and the version they are of. */
+export interface KeptPage { version: string, body: Buffer }
+
+// What a kept page costs besides its body: the entry, its key and the Map's slot, roughly.
+const ENTRY_BYTES = 200
+
+/** The pages served last, up to a number of bytes: the least recently served goes first. */
+export class PageCache {
+  // A Map iterates in insertion order: a page served is put back at the end, the newest.
+  readonly #pages = new Map<string, KeptPage>()
+  readonly #maxBytes: number
+  #bytes = 0
+  #hits = 0
+  #misses = 0
+
+  constructor (maxBytes: number) {
+    this.#maxBytes = maxBytes
+  }
+
+  /** Bytes kept, bodies and entries. */
+  get bytes (): number { return this.#bytes }
+  /** Pages served as kept: the database sent their version only. */
+  get hits (): number { return this.#hits }
+  /** Pages the database built, none kept for their version. */
+  get misses (): number { return this.#misses }
+
+  /** The page kept under `key`, if any: its version is the one to name to the database. */
+  candidate (key: string): KeptPage | undefined {
+    return this.#pages.get(key)
+  }
+
+  /** `kept` was served: the database found the authorization at its version. */
+  served (key: string, kept: KeptPage): void {
+    this.#hits++
+    if (this.#pages.get(key) !== kept) return
+    this.#pages.delete(key)
+    this.#pages.set(key, kept)
+  }
+
+  /** The database built `page`: kept under `key` in place of what was there, unless larger than a quarter of the budget. */
+  built (key: string, page: KeptPage): void {
+    this.#misses++
+    this.#remove(key)
+    const size = sizeOf(key, page)
+    if (size * 4 > this.#maxBytes) return
+    this.#pages.set(key, page)
+    this.#bytes += size
+    for (const [oldest, kept] of this.#pages) {
+      if (this.#bytes <= this.#maxBytes) break
+      this.#remove(oldest, kept)
+    }
+  }
+
+  #remove (key: string, kept = this.#pages.get(key)): void {
+    if (kept === undefined) return
+    this.#pages.delete(key)
+    this.#bytes -= sizeOf(key, kept)
+  }
+}
+
+const sizeOf = (key: string, page: KeptPage) => page.body.length + 2 * (key.length + page.version.length) + ENTRY_BYTES

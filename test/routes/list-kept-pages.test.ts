@@ -1,0 +1,106 @@
+// The list's page cache (LIST_PAGE_CACHE_BYTES, src/page-cache.ts) through the service: a page read
+// again is served as kept only when the database finds the authorization at the kept page's
+// version, whatever changed the grants in between (another instance, SQL), and it is the very page
+// the database builds.
+import t from 'tap'
+import type { ObservedResponse } from '../support/contract.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build, type Harness } from '../support/harness.js'
+import { readToken, token } from '../support/tokens.js'
+
+// Three instances on one database: one that writes, one that keeps no page, and the one read from,
+// built last: prom-client's registry is the process's, and /metrics shows the last app's series.
+const other = await build(t)
+await other.seed(ordersFixture())
+const shared = { url: other.db.options.connectionString!, drop: async () => {} }
+const uncached = await build(t, { LIST_PAGE_CACHE_BYTES: '0' }, { database: shared })
+const cached = await build(t, {}, { database: shared })
+
+const list = (harness: Harness, query = '', headers: Record<string, string> = {}) =>
+  harness.request(ordersPath() + query, { token: readToken(), headers })
+const writer = () => token({ scope: 'read:resource delete:resource create:resource' })
+const change = (harness: Harness, method: 'DELETE' | 'POST', ids: string[]) =>
+  harness.request(ordersPath(), { method, token: writer(), json: ids })
+
+/** The cache's counters as /metrics shows them. */
+async function reads (harness: Harness): Promise<{ hit: number, miss: number, bytes: number }> {
+  const text = (await harness.request("/metrics")).text
+  const value = (series: string) => Number(new RegExp(`^${series} (\\d+)$`, 'm').exec(text)?.[1] ?? NaN)
+  return { hit: value('list_page_cache_reads_total{outcome="hit"}'), miss: value('list_page_cache_reads_total{outcome="miss"}'), bytes: value('list_page_cache_bytes') }
+}
+
+const shown = (res: ObservedResponse) => ({
+  status: res.status,
+  body: res.text,
+  etag: res.headers.get('etag'),
+  total: res.headers.get('x-total-count'),
+  link: res.headers.get('link')?.replaceAll(/http:\/\/127\.0\.0\.1:\d+/g, ''),
+  type: res.headers.get('content-type')
+})
+
+t.test('a page read again is served as kept: the same bytes and headers as the database builds', async (t) => {
+  const before = await reads(cached)
+  const first = await list(cached, '?limit=3&offset=1&sort_by=description.desc')
+  const again = await list(cached, '?limit=3&offset=1&sort_by=description.desc')
+  const built = await list(uncached, '?limit=3&offset=1&sort_by=description.desc')
+  t.equal(first.status, 200)
+  t.same(shown(again), shown(first))
+  t.same(shown(built), shown(first), 'as an instance that keeps no page answers it')
+  const after = await reads(cached)
+  t.same({ hit: after.hit - before.hit, miss: after.miss - before.miss }, { hit: 1, miss: 1 }, 'built once, then served as kept')
+  t.ok(after.bytes > first.text.length, `${after.bytes} bytes kept`)
+})
+
+t.test('each query has its page: limit, page and order', async (t) => {
+  const queries = ['?limit=2', '?limit=2&offset=1', '?limit=2&sort_by=id.desc', '?limit=3']
+  const first = await Promise.all(queries.map(async (query) => (await list(cached, query)).text))
+  t.equal(new Set(first).size, queries.length, 'four different pages')
+  for (const [i, query] of queries.entries()) t.equal((await list(cached, query)).text, first[i], query)
+})
+
+t.test('a change by another instance, or by SQL, is on the next read: never a stale page', async (t) => {
+  const read = async () => {
+    const res = await list(cached, '?sort_by=id')
+    return { etag: res.headers.get('etag'), items: res.body as Array<{ id: string, name: string, description?: string }> }
+  }
+  const start = await read()
+  t.ok(start.items.some(({ id }) => id === 'p_read_orders'))
+  t.equal((await read()).etag, start.etag, 'kept')
+
+  t.equal((await change(other, 'DELETE', ['p_read_orders'])).status, 204)
+  const removed = await read()
+  t.not(removed.etag, start.etag)
+  t.notOk(removed.items.some(({ id }) => id === 'p_read_orders'), 'removed by the other instance')
+
+  t.equal((await change(other, 'POST', ['p_read_orders'])).status, 204)
+  const granted = await read()
+  t.same(granted.items, start.items, 'granted again')
+
+  await cached.db.query("UPDATE permissions SET name = 'read:kept', description = 'kept anew' WHERE id = 'p_read_orders'")
+  const renamed = await read()
+  t.same(renamed.items.find(({ id }) => id === 'p_read_orders'), { id: 'p_read_orders', name: 'read:kept', description: 'kept anew' },
+    'renamed and described anew in SQL (migration 0009 moves the version)')
+  t.same((await read()).items, renamed.items)
+})
+
+t.test('If-None-Match: the current tag → 304 whether a page is kept or not; a stale one → the page', async (t) => {
+  const { headers, text } = await list(cached)
+  const etag = headers.get('etag')!
+  t.equal((await list(cached, '', { 'if-none-match': etag })).status, 304)
+  t.equal((await list(uncached, '', { 'if-none-match': `"1", ${etag}` })).status, 304)
+  const stale = await list(cached, '', { 'if-none-match': '"1"' })
+  t.equal(stale.status, 200)
+  t.equal(stale.text, text)
+  const head = await cached.request(ordersPath(), { method: 'HEAD', token: readToken() })
+  t.same([head.status, head.headers.get('etag'), head.text], [200, etag, ''], 'HEAD')
+})
+
+t.test('404s are not kept: a client authorized later gets its page', async (t) => {
+  const path = ordersPath('app-c')
+  t.equal((await cached.request(path, { token: readToken() })).status, 404)
+  await cached.db.query("INSERT INTO authorizations (resource_id, client_id) VALUES ('orders-api', 'app-c')")
+  await cached.db.query("INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('orders-api', 'app-c', 'p_read_orders')")
+  const res = await cached.request(path, { token: readToken() })
+  t.equal(res.status, 200)
+  t.same((res.body as Array<{ id: string }>).map(({ id }) => id), ['p_read_orders'])
+})

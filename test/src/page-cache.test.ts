@@ -1,0 +1,72 @@
+// The list's page cache on its own: what it keeps, what it lets go first, and what it counts.
+import t from 'tap'
+import { type KeptPage, PageCache } from '../../src/page-cache.js'
+
+const ENTRY = 200 // src/page-cache.ts's estimate of an entry's own cost
+const pageOf = (version: string, bytes: number): KeptPage => ({ version, body: Buffer.alloc(bytes, 'x') })
+const sizeOf = (key: string, page: KeptPage) => page.body.length + 2 * (key.length + page.version.length) + ENTRY
+
+t.test('a page built is kept under its key, and served as kept', async (t) => {
+  const cache = new PageCache(10_000)
+  t.equal(cache.candidate('a'), undefined)
+  const page = pageOf('7', 100)
+  cache.built('a', page)
+  t.equal(cache.candidate('a'), page)
+  t.equal(cache.bytes, sizeOf('a', page))
+  cache.served('a', page)
+  t.same({ hits: cache.hits, misses: cache.misses }, { hits: 1, misses: 1 })
+})
+
+t.test('a page built again replaces the one kept, and its bytes', async (t) => {
+  const cache = new PageCache(10_000)
+  cache.built('a', pageOf('7', 100))
+  const newer = pageOf('8', 300)
+  cache.built('a', newer)
+  t.equal(cache.candidate('a'), newer)
+  t.equal(cache.bytes, sizeOf('a', newer))
+  t.equal(cache.misses, 2)
+})
+
+t.test('over its bytes, the page served least recently goes first', async (t) => {
+  const page = () => pageOf('1', 800)
+  const size = sizeOf('a', page())
+  const cache = new PageCache(8 * size)
+  const pages = Object.fromEntries([...'abcdefgh'].map((key) => [key, page()]))
+  for (const [key, kept] of Object.entries(pages)) cache.built(key, kept)
+  t.equal(cache.bytes, 8 * size, 'eight fit exactly')
+  cache.served('a', pages.a) // a is now the most recently served: b is the oldest
+  cache.built('i', page())
+  t.equal(cache.candidate('b'), undefined, 'the least recently served went')
+  t.ok([...'acdefghi'].every((key) => cache.candidate(key)), 'the others stay')
+  // A quarter of the budget, the most a page may take: two must go.
+  cache.built('big', pageOf('1', 2 * size - 2 * ('big'.length + 1) - ENTRY))
+  t.ok(cache.candidate('big'))
+  t.equal(cache.candidate('c'), undefined)
+  t.equal(cache.candidate('d'), undefined, 'as many go as it takes')
+  t.ok([...'aefghi'].every((key) => cache.candidate(key)))
+  t.equal(cache.bytes, 8 * size)
+})
+
+t.test('a page larger than a quarter of the budget is not kept, and does not push the others out', async (t) => {
+  const cache = new PageCache(4_000)
+  const small = pageOf('1', 100)
+  cache.built('small', small)
+  cache.built('large', pageOf('1', 4_000 / 4))
+  t.equal(cache.candidate('large'), undefined)
+  t.equal(cache.candidate('small'), small)
+  t.equal(cache.bytes, sizeOf('small', small))
+  cache.built('small', pageOf('2', 4_000))
+  t.equal(cache.candidate('small'), undefined, 'and the page it replaces is gone: it was of an older version')
+  t.equal(cache.bytes, 0)
+})
+
+t.test('a page served after it was replaced counts, and leaves the newer one in place', async (t) => {
+  const cache = new PageCache(10_000)
+  const older = pageOf('1', 10)
+  cache.built('a', older)
+  const newer = pageOf('2', 10)
+  cache.built('a', newer)
+  cache.served('a', older)
+  t.equal(cache.candidate('a'), newer)
+  t.equal(cache.hits, 1)
+})
