@@ -54,6 +54,29 @@ export async function grantFillers (db: pg.Pool, first: number, last: number): P
   }
 }
 
+/** Grants each reader holds (loadReaders): a page of 50, as page 0 reads. */
+export const READER_GRANTS = 50
+
+/**
+ * `count` reader clients (reader-1…), each authorized on the bench's resource and holding
+ * READER_GRANTS of its permissions, (c · 7919 + j) mod 10^5 as the fillers: as many pages that cost
+ * what page 0 costs, for the page cache's scenario. Needs loadScale's permissions; idempotent.
+ */
+export async function loadReaders (db: pg.Pool, count: number): Promise<string[]> {
+  const ids = Array.from({ length: count }, (_, i) => `reader-${i + 1}`)
+  await db.query('INSERT INTO clients (id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING', [ids])
+  await db.query('INSERT INTO authorizations (resource_id, client_id) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING', [RESOURCE_ID, ids])
+  await db.query(`
+    INSERT INTO grants (resource_id, client_id, permission_id, permission_name, permission_description)
+    SELECT $1, 'reader-' || c, ${permissionId('(c * 7919 + j) % ' + PERMISSIONS)}, ${permissionName('(c * 7919 + j) % ' + PERMISSIONS)},
+      ${permissionDescription('(c * 7919 + j) % ' + PERMISSIONS)}
+    FROM generate_series(1, $2::int) AS c, generate_series(0, ${READER_GRANTS - 1}) AS j
+    ON CONFLICT DO NOTHING`, [RESOURCE_ID, count])
+  await db.query('VACUUM (ANALYZE) grants')
+  await db.query('VACUUM (ANALYZE) authorizations')
+  return ids
+}
+
 /** Brings the database to `grants` grants (it may hold a smaller scale already). */
 export async function loadScale (db: pg.Pool, grants: number): Promise<Scale> {
   const scale = scaleOf(grants)

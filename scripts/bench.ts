@@ -12,9 +12,11 @@
 //                  "ladder": the ablation ladder, page 0 from a minimal Fastify + pg up to the service, a
 //                  layer at a time, beside the ceilings, scripts/bench/ladder.ts;
 //                  "tracing": page 0 with tracing off, on (always_on, to a local OTLP sink) and
-//                  loaded but sampling nothing, scripts/bench/tracing.ts)
-//   BENCH_ROUNDS   rounds of the replica scenario, the ladder and the tracing scenario (default 5;
-//                  the ladder and the tracing scenario flag fewer)
+//                  loaded but sampling nothing, scripts/bench/tracing.ts;
+//                  "kept pages": page 0 of 1,000 readers at random, with the page cache holding
+//                  them all, a quarter of them, or off, scripts/bench/kept-pages.ts)
+//   BENCH_ROUNDS   rounds of the replica scenario, the ladder, the tracing and the kept pages
+//                  scenarios (default 5; all but the replica's flag fewer)
 //   BENCH_FEED_CHANGES  the history the feed is polled from (default 50000)
 //   BENCH_FEED_STREAMS, BENCH_FEED_RATE, BENCH_FEED_SECONDS  the fan-out: streams open (default 100),
 //                  changes per second (20) for seconds (10)
@@ -42,6 +44,7 @@ import { type Bench, type BenchSettings, openBench } from './bench/context.js'
 import { FEED_FANOUT_SCENARIO, feedFanoutSummary, measureFeedFanout, type FeedFanoutReport } from './bench/feed-fanout.js'
 import { FEED_POLLING_SCENARIO, feedPollingSummary, measureFeedPolling, type FeedPollingReport } from './bench/feed-polling.js'
 import { HISTORY_SCENARIO, measureHistory } from './bench/history.js'
+import { KEPT_PAGES_SCENARIO, keptPagesSummary, measureKeptPages, type KeptPagesReport } from './bench/kept-pages.js'
 import { LADDER_GRANTS, LADDER_SCENARIO, ladderSummary, measureLadder, type LadderReport } from './bench/ladder.js'
 import { ceilingPagesOf, deepestPageGoal, explainList, listScenarios, measureList, pageZero, pageZeroPath } from './bench/list.js'
 import { databaseCeiling, hasPgbench, load, statementTps } from './bench/measure.js'
@@ -161,6 +164,21 @@ async function tracingScenario (bench: Bench, serviceEnv: Env): Promise<TracingR
   })
 }
 
+async function keptPagesScenario (bench: Bench, serviceEnv: Env): Promise<KeptPagesReport> {
+  const { settings } = bench
+  return await measureKeptPages({
+    db: bench.db,
+    processes: bench.processes,
+    grants: Math.min(LADDER_GRANTS, ...settings.scales),
+    env: serviceEnv,
+    headers: bench.tokens.readHeaders,
+    rounds: settings.rounds,
+    seconds: settings.seconds,
+    connections: settings.connections,
+    log: bench.log
+  })
+}
+
 /** Every scenario in its turn, then the report. */
 async function run (bench: Bench): Promise<void> {
   const { settings, db, tokens, processes, log } = bench
@@ -191,6 +209,8 @@ async function run (bench: Bench): Promise<void> {
   const ladder = bench.selected(LADDER_SCENARIO) ? await ladderScenario(bench, serviceEnv) : undefined
   // Tracing off, on and before, on services of its own too, stopped before the bench's starts.
   const tracing = bench.selected(TRACING_SCENARIO) ? await tracingScenario(bench, serviceEnv) : undefined
+  // The page cache at three sizes, on services of its own too.
+  const keptPages = bench.selected(KEPT_PAGES_SCENARIO) ? await keptPagesScenario(bench, serviceEnv) : undefined
 
   const profileArgs = settings.profile ? ['--cpu-prof', '--cpu-prof-dir', join(bench.work, 'profile')] : []
   const { poolMax, ...connectionWait } = connectionWaitOf({ ...process.env, ...serviceEnv })
@@ -292,7 +312,8 @@ async function run (bench: Bench): Promise<void> {
     feedPolling: feedPolling && { ...feedPolling, markdown: feedPollingSummary(feedPolling) },
     feedFanout: feedFanout && { ...feedFanout, markdown: feedFanoutSummary(feedFanout) },
     ladder: ladder && { ...ladder, markdown: ladderSummary(ladder) },
-    tracing: tracing && { ...tracing, markdown: tracingSummary(tracing) }
+    tracing: tracing && { ...tracing, markdown: tracingSummary(tracing) },
+    keptPages: keptPages && { ...keptPages, markdown: keptPagesSummary(keptPages) }
   }
   const { reportFolder } = bench
   await mkdir(reportFolder, { recursive: true })
@@ -312,6 +333,7 @@ async function run (bench: Bench): Promise<void> {
       ladder.cpu.table)
   }
   if (tracing) console.log(`\n${report.tracing!.markdown}`)
+  if (keptPages) console.log(`\n${report.keptPages!.markdown}`)
   const byPhase = Object.entries(report.serviceRssPeaksMiB).map(([phase, mib]) => `${phase} ${mib}`).join(', ')
   // The scenarios chosen may all run on services of their own (the ladder, tracing): then nothing sampled the bench's.
   const rssLine = report.serviceRssPeakMiB > 0 ? `service RSS peak: ${report.serviceRssPeakMiB} MiB (by phase: ${byPhase})` : 'service RSS: no scenario ran on the bench\'s service'
