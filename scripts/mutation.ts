@@ -40,8 +40,8 @@ const areas: Area[] = [
     // The last three for the change feed's statement, the demo seeding's lock, and the replica
     // routing of a read (the newest version an If-None-Match names; a write's position): their
     // mutants survived every file before them (2026-11-26, 35 of 370).
-    testFiles: ['test/routes/grant.test.ts', 'test/routes/preconditions.test.ts', 'test/routes/list.test.ts', 'test/routes/changes.test.ts',
-      'test/routes/unauthorize.test.ts', 'test/routes/permissions/actor.test.ts', 'test/db/atomicity.test.ts', 'test/db/schema.test.ts',
+    testFiles: ['test/routes/grant.test.ts', 'test/routes/preconditions.test.ts', 'test/routes/list.test.ts', 'test/routes/list-kept-pages.test.ts',
+      'test/routes/changes.test.ts', 'test/routes/unauthorize.test.ts', 'test/routes/permissions/actor.test.ts', 'test/db/atomicity.test.ts', 'test/db/schema.test.ts',
       'test/routes/feed.test.ts', 'test/db/seed-history.test.ts', 'test/system/replicas.test.ts']
   },
   // Two parts of the routes whose mutants only one file kills, run with that file first: each of
@@ -60,6 +60,11 @@ const areas: Area[] = [
     // its position (a replica's Consistency-Token).
     testFiles: ['test/routes/changes.test.ts', 'test/routes/grant.test.ts', 'test/routes/unauthorize.test.ts', 'test/routes/preconditions.test.ts',
       'test/routes/list.test.ts', 'test/db/feed-ids.test.ts', 'test/system/replicas.test.ts']
+  },
+  {
+    name: 'page-cache',
+    mutate: ['src/page-cache.ts', 'plugins/list-pages.ts'],
+    testFiles: ['test/src/page-cache.test.ts', 'test/routes/list-kept-pages.test.ts', 'test/plugins/registration.test.ts']
   },
   {
     name: 'auth',
@@ -83,7 +88,9 @@ const areas: Area[] = [
       // readiness while starting; the reads routed to replicas, their fallbacks and metrics (58 of
       // plugins/db.ts's mutants and 48 of plugins/metrics.ts's had no test before them, 2026-11-26);
       // the change feed's stream gauges.
-      'test/routes/health.test.ts', 'test/system/replicas.test.ts', 'test/routes/feed-stream.test.ts'],
+      'test/routes/health.test.ts', 'test/system/replicas.test.ts', 'test/routes/feed-stream.test.ts',
+      // the list's page cache: its counters and bytes.
+      'test/routes/list-kept-pages.test.ts'],
     // These files mostly wait (timeouts, a stopped database, a stalled loop): at the shared 4 the
     // two cores were idle a fifth of the time.
     concurrency: 6

@@ -9,6 +9,7 @@ import db from '../../plugins/db.js'
 import docs from '../../plugins/docs.js'
 import env from '../../plugins/env.js'
 import lifecycle from '../../plugins/lifecycle.js'
+import listPages from '../../plugins/list-pages.js'
 import metrics from '../../plugins/metrics.js'
 import pressure from '../../plugins/pressure.js'
 import serviceApp from '../../src/app.js'
@@ -16,8 +17,8 @@ import { loadConfig } from '../../src/config.js'
 import { build } from '../support/harness.js'
 import { TEST_SECRET } from '../support/tokens.js'
 
-const plugins = { auth, db, docs, env, lifecycle, metrics, pressure }
-const dependenciesOf = { db: ['env'], metrics: ['env', 'db'], pressure: ['env'] }
+const plugins = { auth, db, docs, env, lifecycle, 'list-pages': listPages, metrics, pressure }
+const dependenciesOf = { db: ['env'], 'list-pages': ['env'], metrics: ['env', 'db', 'feed', 'list-pages'], pressure: ['env'] }
 
 for (const [name, dependencies] of Object.entries(dependenciesOf) as Array<[keyof typeof dependenciesOf, string[]]>) {
   for (const missing of dependencies) {

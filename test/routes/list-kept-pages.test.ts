@@ -49,6 +49,7 @@ t.test('a page read again is served as kept: the same bytes and headers as the d
   const after = await reads(cached)
   t.same({ hit: after.hit - before.hit, miss: after.miss - before.miss }, { hit: 1, miss: 1 }, 'built once, then served as kept')
   t.ok(after.bytes > first.text.length, `${after.bytes} bytes kept`)
+  t.equal(uncached.app.listPages, undefined, 'LIST_PAGE_CACHE_BYTES=0: no cache at all')
 })
 
 t.test('each query has its page: limit, page and order', async (t) => {
