@@ -24,7 +24,7 @@ const change = (harness: Harness, method: 'DELETE' | 'POST', ids: string[]) =>
 
 /** The cache's counters as /metrics shows them. */
 async function reads (harness: Harness): Promise<{ hit: number, miss: number, bytes: number }> {
-  const text = (await harness.request("/metrics")).text
+  const text = (await harness.request('/metrics')).text
   const value = (series: string) => Number(new RegExp(`^${series} (\\d+)$`, 'm').exec(text)?.[1] ?? NaN)
   return { hit: value('list_page_cache_reads_total{outcome="hit"}'), miss: value('list_page_cache_reads_total{outcome="miss"}'), bytes: value('list_page_cache_bytes') }
 }
