@@ -5,7 +5,7 @@ import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { collectionUrl, pageLinks } from '../links.js'
 import { consistencyTokenOf, sendConsistencyToken } from '../consistency.js'
-import { etagOf, newestVersionNamed, noneMatchFails, versionsNamed } from './preconditions.js'
+import { etagOf, newestOf, noneMatchFails, versionsNamed } from './preconditions.js'
 import { assertClientAuthorized } from './target.js'
 
 type List = Operations['listClientPermissions']
@@ -23,12 +23,12 @@ export default async function listPermissions (fastify: FastifyInstance) {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, offset: page, sort_by: sortBy } = request.query
     const noneMatch = request.headers['if-none-match']
-    const newest = newestVersionNamed(noneMatch)
+    const named = versionsNamed(noneMatch)
+    const newest = newestOf(named)
     const key = pages && JSON.stringify([resourceId, clientId, sortBy, limit, page])
     const kept = key === undefined ? undefined : pages!.candidate(key)
     // The database builds the page only when the authorization is at none of these versions.
-    const knownVersions = versionsNamed(noneMatch)
-    if (kept !== undefined) knownVersions.push(kept.version)
+    const knownVersions = kept === undefined ? named : [...named, kept.version]
     const result = await fastify.queries.listGrantedPermissions({ resourceId, clientId, limit, page, sort: parseSortBy(sortBy), knownVersions }, {
       after: consistencyTokenOf(request),
       // Decided against a state at least as new as the version the caller names.

@@ -46,12 +46,13 @@ export function versionsNamed (header: string | undefined): string[] {
 }
 
 /**
- * The newest version an If-None-Match names, if any: the state that decides it must be at least
- * that new (a replica behind it could answer 200 for a tag the caller already holds, or worse).
+ * The newest of the versions an If-None-Match names (versionsNamed), if any: the state that decides
+ * it must be at least that new (a replica behind it could answer 200 for a tag the caller already
+ * holds, or worse).
  */
-export function newestVersionNamed (header: string | undefined): bigint | undefined {
+export function newestOf (versions: string[]): bigint | undefined {
   let newest: bigint | undefined
-  for (const opaque of versionsNamed(header)) {
+  for (const opaque of versions) {
     const version = BigInt(opaque)
     if (newest === undefined || version > newest) newest = version
   }
