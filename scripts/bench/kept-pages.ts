@@ -13,10 +13,9 @@
 // BENCH_SECONDS, round-robin in an order rotated each round; the ratios to `off` are of the same round.
 import type { ChildProcess } from 'node:child_process'
 import autocannon from 'autocannon'
-import type pg from 'pg'
 import { loadReaders, loadScale, RESOURCE_ID } from '../../db/bench-data.js'
-import { cpuSecondsOf, median, memoryOf, spread, type Spread } from './ladder.js'
-import { type Processes, stopProcess } from './processes.js'
+import { cpuSecondsOf, fixed, median, memoryOf, type SideBySideOptions, spread, type Spread } from './ladder.js'
+import { stopProcess } from './processes.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const KEPT_PAGES_SCENARIO = 'kept pages'
@@ -67,19 +66,10 @@ export interface KeptPagesReport {
   checks: Check[]
 }
 
-export interface KeptPagesOptions {
-  /** The bench's database, migrated; the scale and the readers are loaded on it. */
-  db: pg.Pool
-  processes: Processes
-  grants: number
-  /** The environment the bench starts the service with, DATABASE_URL included. */
-  env: Record<string, string | undefined>
+/** The readers are loaded on `db` beside the scale. */
+export interface KeptPagesOptions extends SideBySideOptions {
   /** The read token's Authorization header. */
   headers: Record<string, string>
-  rounds: number
-  seconds: number
-  connections: number
-  log: (line: string) => void
 }
 
 interface Running { key: VariantKey, cacheBytes: number, url: string, child: ChildProcess }
@@ -127,8 +117,6 @@ async function hammer (variant: Running, paths: string[], headers: Record<string
     hitRate: hits === undefined || misses === undefined ? undefined : hits / (hits + misses)
   }
 }
-
-const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 
 export async function measureKeptPages (options: KeptPagesOptions): Promise<KeptPagesReport> {
   const { db, processes, grants, env, headers, rounds, seconds, connections, log } = options

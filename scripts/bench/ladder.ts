@@ -129,7 +129,7 @@ export const median = (values: number[]) => {
   return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
 }
 export const spread = (values: number[]): Spread => ({ median: median(values), min: Math.min(...values), max: Math.max(...values) })
-const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
+export const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 
 async function hammer (url: string, headers: Record<string, string>, connections: number, seconds: number, pid?: number): Promise<Run> {
   const cpuBefore = pid === undefined ? 0 : await cpuSecondsOf(pid)
@@ -226,21 +226,26 @@ async function sameWork (steps: Running[], path: string): Promise<{ checks: Chec
   return { checks, reference }
 }
 
-export interface LadderOptions {
+/** What a scenario that runs services of its own side by side, round-robin, is given (the ladder, tracing, kept pages). */
+export interface SideBySideOptions {
   /** The bench's database, migrated; the scale is loaded on it. */
   db: pg.Pool
-  /** The run's processes: the steps and the HTTP ceiling are started through them. */
+  /** The run's processes: the scenario's services (and whatever else it runs) are started through them. */
   processes: Processes
   grants: number
-  /** The page's path and query string. */
-  path: string
   /** The environment the bench starts the service with, DATABASE_URL included (RS256 key, issuer, audience…). */
   env: Record<string, string | undefined>
-  /** An RS256 Authorization header for a scope, as the bench's tokens are. */
-  bearer: (scope: string) => string
   rounds: number
   seconds: number
   connections: number
+  log: (line: string) => void
+}
+
+export interface LadderOptions extends SideBySideOptions {
+  /** The page's path and query string. */
+  path: string
+  /** An RS256 Authorization header for a scope, as the bench's tokens are. */
+  bearer: (scope: string) => string
   /** A folder for the HTTP ceiling's pages and the profile. */
   folder: string
   /** Where to write the service step's CPU profile and its summary (BENCH_PROFILE); undefined: no profile. */
@@ -252,7 +257,6 @@ export interface LadderOptions {
   baseline?: { name: string, subject: string, root: string }
   /** The best SQL's tps in pgbench for `seconds`; undefined without pgbench. */
   bestSqlTps?: (seconds: number) => Promise<number>
-  log: (line: string) => void
 }
 
 export async function measureLadder (options: LadderOptions): Promise<LadderReport> {

@@ -17,12 +17,11 @@
 import type { ChildProcess } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 import autocannon from 'autocannon'
-import type pg from 'pg'
 import { loadScale } from '../../db/bench-data.js'
 import { cpuByOwner, cpuTable, measureSampled, PERF_NODE_ARGS, perfAvailable } from './cpu-samples.js'
-import { cpuSecondsOf, median, memoryOf, spread, type Spread } from './ladder.js'
+import { cpuSecondsOf, fixed, median, memoryOf, type SideBySideOptions, spread, type Spread } from './ladder.js'
 import type { SinkCounts } from './otlp-sink.js'
-import { type Processes, stopProcess } from './processes.js'
+import { stopProcess } from './processes.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const TRACING_SCENARIO = 'tracing'
@@ -97,26 +96,16 @@ export interface TracingReport {
   goals: Check[]
 }
 
-export interface TracingOptions {
-  /** The bench's database, migrated; the scale is loaded on it. */
-  db: pg.Pool
-  /** The run's processes: the variants and the sink are started through them. */
-  processes: Processes
-  grants: number
+/** The variants and the sink are started through `processes`. */
+export interface TracingOptions extends SideBySideOptions {
   /** The page's path and query string. */
   path: string
-  /** The environment the bench starts the service with, DATABASE_URL included. */
-  env: Record<string, string | undefined>
   /** The read token's Authorization header. */
   headers: Record<string, string>
-  rounds: number
-  seconds: number
-  connections: number
   /** The service built at another revision (BENCH_TRACING_BASELINE, scripts/bench/revision.ts). */
   baseline?: { name: string, subject: string, root: string }
   /** BENCH_PROFILE: a folder for perf's samples of the last round; undefined: none taken. */
   profileTo?: string
-  log: (line: string) => void
 }
 
 interface Running { key: VariantKey, what: string, url: string, child: ChildProcess }
@@ -139,7 +128,6 @@ async function sinkCounts (sinkUrl: string): Promise<SinkCounts> {
   return await (await fetch(`${sinkUrl}/counts`)).json() as SinkCounts
 }
 
-const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 const ratios = (values: number[]) => ({ ...spread(values), values })
 
 export async function measureTracing (options: TracingOptions): Promise<TracingReport> {
