@@ -18,7 +18,7 @@ export default async function listPermissions (fastify: FastifyInstance) {
     Params: List['parameters']['path']
     Querystring: Required<NonNullable<List['parameters']['query']>>
     // The 200's page is JSON made by PostgreSQL (db/queries/list.ts), in the spec's shape.
-    Reply: { 200: Buffer, 304: undefined }
+    Reply: { 200: string | Buffer, 304: undefined }
   }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, offset: page, sort_by: sortBy } = request.query
@@ -51,10 +51,13 @@ export default async function listPermissions (fastify: FastifyInstance) {
     }
     // The page as PostgreSQL wrote it, in the spec's shape (the contract tests check every answer),
     // taken out of the result so that the settled promises holding it do not keep it alive (takeRows).
-    const body = Buffer.from(result.permissionsJson)
+    const permissions = result.permissionsJson
     // Stryker disable next-line all: memory only, nothing reads the field again (BENCH_ONLY=overload: RSS)
     result.permissionsJson = undefined
-    if (key !== undefined) pages!.built(key, { version, body })
+    if (key === undefined) return reply.code(200).send(permissions)
+    // Kept as bytes, so that a hit sends them without encoding the text again.
+    const body = Buffer.from(permissions)
+    pages!.built(key, { version, body })
     return reply.code(200).send(body)
   })
 }
