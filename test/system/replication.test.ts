@@ -1,13 +1,50 @@
 // test/support/replication.ts itself, on real processes (Debian's PostgreSQL, which CI installs): the
 // replica follows the primary, a paused replay holds a received write back until it resumes, the
-// replica refuses writes, and each server can be stopped and started again without the other.
+// replica refuses writes, each server can be stopped and started again without the other, and a
+// start ends the servers that a process killed with SIGKILL left behind.
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { existsSync, readFileSync, readlinkSync } from 'node:fs'
+import { dirname } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
+import { projectRoot } from '../../src/project-root.js'
+import { nodeArgsOf } from '../support/node-args.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 
 skipUnlessPostgresServer(t, 'the replication helper\'s test')
 
+/** Whether process `pid` runs: it has an entry in /proc that is not a zombie's. */
+function running (pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))
+  } catch {
+    return false
+  }
+}
+
+/**
+ * A pair started by a process of its own, which is then killed with SIGKILL, as a test runner's
+ * timeout kills a test file: no hook runs, and its servers (started by pg_ctl, not its children) stay.
+ */
+async function pairLeftBySigkill (): Promise<{ postmasters: number[], folder: string, survived: boolean }> {
+  const owner = spawn(process.execPath, nodeArgsOf('test/system/replication-leftover.fixture.ts'), { cwd: projectRoot, stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  owner.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
+  const exited = once(owner, 'exit')
+  while (!stderr.includes('\n')) {
+    if (await Promise.race([exited.then(() => true), once(owner.stderr, 'data').then(() => false)])) throw new Error(`the fixture ended early:\n${stderr}`)
+  }
+  const { postmasters } = JSON.parse(stderr.split('\n')[0]) as { postmasters: number[] }
+  // A postmaster's working folder is its data folder, in the pair's folder.
+  const folder = dirname(readlinkSync(`/proc/${postmasters[0]}/cwd`))
+  owner.kill('SIGKILL')
+  await exited
+  return { postmasters, folder, survived: postmasters.length === 2 && postmasters.every(running) }
+}
+
+const leftover = await pairLeftBySigkill()
 const cluster = await replicatedPostgres(t)
 
 /** One statement on a connection of its own: the servers are stopped between statements. */
@@ -31,6 +68,12 @@ const lsns = async () => {
 }
 
 await query(cluster.primaryUrl, 'CREATE TABLE item (name text PRIMARY KEY)')
+
+t.test('a start ends the servers of a pair whose owner was killed with SIGKILL, and removes its folder', async (t) => {
+  t.ok(leftover.survived, 'both servers outlived their owner')
+  for (const pid of leftover.postmasters) t.notOk(running(pid), `postmaster ${pid} stopped`)
+  t.notOk(existsSync(leftover.folder), `${leftover.folder} removed`)
+})
 
 t.test('a row written on the primary is on the replica after waitForReplay(), which is a hot standby', async (t) => {
   await write('first')
