@@ -49,7 +49,7 @@ import { LADDER_GRANTS, LADDER_SCENARIO, ladderSummary, measureLadder, type Ladd
 import { ceilingPagesOf, deepestPageGoal, explainList, listScenarios, measureList, pageZero, pageZeroPath } from './bench/list.js'
 import { databaseCeiling, hasPgbench, load, statementTps } from './bench/measure.js'
 import { connectionWaitOf, givenConnections, measureOverload, OVERLOAD_SCENARIO, overloadSummary, type OverloadReport } from './bench/overload.js'
-import { imageNodeOptions, stopProcess, watchRss } from './bench/processes.js'
+import { describeImageNode, imageNode, stopProcess, watchRss } from './bench/processes.js'
 import { summarizeProfile } from './bench/profile.js'
 import { measureRejections, REJECTION_SCENARIOS } from './bench/rejections.js'
 import { measureReplicaRouting, REPLICA_GRANTS, REPLICA_SCENARIO, replicaSummary, type ReplicaReport } from './bench/replica.js'
@@ -182,10 +182,10 @@ async function keptPagesScenario (bench: Bench, serviceEnv: Env): Promise<KeptPa
 /** Every scenario in its turn, then the report. */
 async function run (bench: Bench): Promise<void> {
   const { settings, db, tokens, processes, log } = bench
-  const nodeOptions = await imageNodeOptions() ?? null
+  const node = await imageNode()
   console.log(`${cpus().length} × ${cpus()[0]?.model}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}; ` +
     `${settings.connections} connections, ${settings.seconds} s per measurement; ` +
-    `the service's NODE_OPTIONS (the image's): ${nodeOptions ?? 'none'}`)
+    `the service's node settings (the image's): ${describeImageNode(node)}`)
   await migrateDatabase(db, migrationsDir)
   console.log('building the service (tsc)…')
   await buildService()
@@ -303,7 +303,8 @@ async function run (bench: Bench): Promise<void> {
     machine: { cpus: cpus().length, model: cpus()[0]?.model, memoryGiB: Math.round(totalmem() / 2 ** 30), node: process.version },
     connections: settings.connections,
     secondsPerMeasurement: settings.seconds,
-    serviceNodeOptions: nodeOptions,
+    serviceNodeOptions: node.options ?? null,
+    serviceNodeFlags: node.flags,
     serviceRssPeakMiB: Math.round(rss.peak() / 2 ** 20),
     serviceRssPeaksMiB: Object.fromEntries([...rss.peaks()].map(([phase, bytes]) => [phase, Math.round(bytes / 2 ** 20)])),
     rows: rows.map((row) => ({ ...row, machineCeiling: machineCeiling(row) })),

@@ -23,7 +23,7 @@ import { loadScale } from '../../db/bench-data.js'
 import { freePort } from '../../db/embedded-postgres.js'
 import type { CeilingPages } from './http-ceiling.js'
 import type { ServedStep } from './ladder-server.js'
-import { imageNodeOptions, type Processes, stopProcess } from './processes.js'
+import { imageNode, type Processes, stopProcess } from './processes.js'
 import { cpuByOwner, cpuTable, measureSampled, PERF_NODE_ARGS, perfAvailable } from './cpu-samples.js'
 import { summarizeProfile } from './profile.js'
 
@@ -292,8 +292,9 @@ export async function measureLadder (options: LadderOptions): Promise<LadderRepo
         const port = await freePort()
         const keys = secretKeyed ? { JWT_PUBLIC_KEY: undefined, JWT_SECRET: secret } : {}
         // With the service's V8 settings, so that the steps differ by their layers only.
-        const { child, line } = await processes.startAnnouncing([...nodeArgsOf(key), '--import', 'tsx', 'scripts/bench/ladder-server.ts'],
-          { NODE_OPTIONS: await imageNodeOptions(), ...ladderEnv, ...keys, LADDER_STEP: key, PORT: String(port) })
+        const image = await imageNode()
+        const { child, line } = await processes.startAnnouncing([...image.flags, ...nodeArgsOf(key), '--import', 'tsx', 'scripts/bench/ladder-server.ts'],
+          { NODE_OPTIONS: image.options, ...ladderEnv, ...keys, LADDER_STEP: key, PORT: String(port) })
         steps.push({ key, url: line, child, headers, withoutScope })
       }
       log(`# ${LADDER_SCENARIO}: ${key} listening`)

@@ -17,16 +17,33 @@ export async function stopProcess (child: ChildProcess): Promise<void> {
   await Promise.race([exited, sleep(15_000)])
 }
 
+/** How the container image runs node: its NODE_OPTIONS, and the flags its command gives node before the service. */
+export interface ImageNode {
+  options?: string
+  flags: string[]
+}
+
 /**
- * The NODE_OPTIONS the container image runs the service with (the Dockerfile under `root`, its
- * runtime stage's ENV), so that the bench measures the service as it ships; undefined without one.
+ * How the container image runs the service (the Dockerfile under `root`, its runtime stage): the
+ * NODE_OPTIONS of its ENV, and the flags of its `CMD ["node", …, "dist/src/server.js"]` (V8 flags
+ * that NODE_OPTIONS refuses go there), so that the bench measures the service as it ships.
  */
-export async function imageNodeOptions (root = projectRoot): Promise<string | undefined> {
+export async function imageNode (root = projectRoot): Promise<ImageNode> {
   const dockerfile = await readFile(join(root, 'Dockerfile'), 'utf8').catch(() => '')
   const runtimeStart = dockerfile.search(/^FROM \S+ AS runtime$/m)
-  if (runtimeStart === -1) return undefined
-  return /^\s*(?:ENV\s+)?NODE_OPTIONS=("[^"]*"|\S+)/m.exec(dockerfile.slice(runtimeStart))?.[1].replace(/^"(.*)"$/, '$1')
+  if (runtimeStart === -1) return { flags: [] }
+  const runtime = dockerfile.slice(runtimeStart)
+  const options = /^\s*(?:ENV\s+)?NODE_OPTIONS=("[^"]*"|\S+)/m.exec(runtime)?.[1].replace(/^"(.*)"$/, '$1')
+  // The stage's last CMD at the start of a line (a HEALTHCHECK's CMD is on a line of its own, indented).
+  const command = [...runtime.matchAll(/^CMD\s+(\[.*\])\s*$/gm)].at(-1)?.[1]
+  const args = command ? JSON.parse(command) as string[] : []
+  const entry = args.indexOf('dist/src/server.js')
+  return { options, flags: args[0] === 'node' && entry > 0 ? args.slice(1, entry) : [] }
 }
+
+/** The image's settings of node as a command line shows them: its flags, then NODE_OPTIONS. */
+export const describeImageNode = ({ options, flags }: ImageNode): string =>
+  [...flags, ...options ? [`NODE_OPTIONS=${options}`] : []].join(' ') || 'none'
 
 const environmentOf = (env: Record<string, string | undefined>) =>
   Object.fromEntries(Object.entries({ ...process.env, ...env }).filter(([, value]) => value !== undefined))
@@ -37,8 +54,8 @@ export interface Processes {
   start: (args: string[], env: Record<string, string | undefined>, ready: () => Promise<boolean>, cwd?: string) => Promise<ChildProcess>
   /**
    * The service's build (dist/src/server.js under `root`, default this project) on a free port of
-   * 127.0.0.1, with `env` (an undefined unsets) and node's `nodeArgs`, and the NODE_OPTIONS of
-   * `root`'s image unless `env` names its own; resolves once /readyz answers 2xx.
+   * 127.0.0.1, with `env` (an undefined unsets) and node's `nodeArgs`, after the node flags of
+   * `root`'s image and with its NODE_OPTIONS unless `env` names its own; resolves once /readyz answers 2xx.
    */
   startService: (env: Record<string, string | undefined>, options?: { nodeArgs?: string[], root?: string }) => Promise<{ url: string, child: ChildProcess }>
   /**
@@ -72,8 +89,9 @@ export function trackProcesses (): Processes {
   const startService: Processes['startService'] = async (env, { nodeArgs = [], root = projectRoot } = {}) => {
     const port = await freePort()
     const url = `http://127.0.0.1:${port}`
-    const asShipped = { NODE_OPTIONS: await imageNodeOptions(root), ...env, PORT: String(port) }
-    const child = await start([...nodeArgs, 'dist/src/server.js'], asShipped, async () => (await fetch(`${url}/readyz`)).ok, root)
+    const image = await imageNode(root)
+    const asShipped = { NODE_OPTIONS: image.options, ...env, PORT: String(port) }
+    const child = await start([...image.flags, ...nodeArgs, 'dist/src/server.js'], asShipped, async () => (await fetch(`${url}/readyz`)).ok, root)
     return { url, child }
   }
 
