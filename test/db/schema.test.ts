@@ -359,6 +359,24 @@ t.test('a grant carries its permission\'s description: copied on every insert an
   t.same(await versions(), unchanged, 'an unchanged description rewrites no grant')
 })
 
+const backendPid = async (client: pg.PoolClient) => (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number
+
+/**
+ * For clients of `pool` whose backends are `pids`: a function that resolves once the client's
+ * statement waits for a lock, or has finished without waiting (after 2 s at most).
+ */
+function lockWaitOf (pool: pg.Pool, pids: Map<pg.PoolClient, number>) {
+  return async function waitingOrDone (client: pg.PoolClient, statement: Promise<unknown>) {
+    const state = { done: false }
+    statement.then(() => { state.done = true }, () => { state.done = true })
+    for (let i = 0; i < 100 && !state.done; i++) {
+      const { rows } = await pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [pids.get(client)])
+      if (rows.length > 0) return
+      await sleep(20)
+    }
+  }
+}
+
 // Two writers: one that names only the permission (the row trigger looks it up and locks it), and
 // one that gives the name and a description it read before the change, as the service's grant does
 // (checked once for the statement, migration 0008).
@@ -378,18 +396,7 @@ for (const [writer, grant] of Object.entries(racingGrants)) {
     INSERT INTO authorizations (resource_id, client_id) VALUES ('race-api', 'race-app')`)
     const described = async () => (await pool.query('SELECT permission_description FROM grants')).rows
     const [first, second] = [await pool.connect(), await pool.connect()]
-    const pidOf = async (client: pg.PoolClient) => (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number
-    const pids = new Map([[first, await pidOf(first)], [second, await pidOf(second)]])
-    /** Resolves once the client's statement waits for a lock, or has finished without waiting. */
-    async function waitingOrDone (client: pg.PoolClient, statement: Promise<unknown>) {
-      const state = { done: false }
-      statement.then(() => { state.done = true }, () => { state.done = true })
-      for (let i = 0; i < 100 && !state.done; i++) {
-        const { rows } = await pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [pids.get(client)])
-        if (rows.length > 0) return
-        await new Promise((resolve) => setTimeout(resolve, 20))
-      }
-    }
+    const waitingOrDone = lockWaitOf(pool, new Map([[first, await backendPid(first)], [second, await backendPid(second)]]))
     try {
     // The description changes first: the grant waits for that, then copies the new text.
       await first.query("BEGIN; UPDATE permissions SET description = 'new' WHERE id = 'race-p'")
@@ -413,6 +420,39 @@ for (const [writer, grant] of Object.entries(racingGrants)) {
     }
   })
 }
+
+t.test('a rename beside a change of the service deadlocks neither (0010): the change under way finishes first', async (t) => {
+  const pool = await migratedPool(t)
+  await pool.query(`
+    INSERT INTO resources (id) VALUES ('lock-api');
+    INSERT INTO clients (id) VALUES ('lock-app'), ('lock-other');
+    INSERT INTO permissions (id, resource_id, name) VALUES ('lock-p', 'lock-api', 'read:lock'), ('lock-q', 'lock-api', 'write:lock');
+    INSERT INTO authorizations (resource_id, client_id) VALUES ('lock-api', 'lock-app'), ('lock-api', 'lock-other');
+    INSERT INTO grants (resource_id, client_id, permission_id) SELECT 'lock-api', c, p FROM unnest(ARRAY['lock-app', 'lock-other']) c, unnest(ARRAY['lock-p', 'lock-q']) p`)
+  const [service, admin] = [await pool.connect(), await pool.connect()]
+  const waitingOrDone = lockWaitOf(pool, new Map([[service, await backendPid(service)], [admin, await backendPid(admin)]]))
+  try {
+    // The service's order (db/queries/change.ts): the authorization locked, then the change statement.
+    await service.query("BEGIN; SELECT FROM authorizations WHERE resource_id = 'lock-api' AND client_id = 'lock-app' FOR UPDATE")
+    const renamed = admin.query("UPDATE permissions SET name = 'read:renamed' WHERE resource_id = 'lock-api' AND id = 'lock-p'")
+    renamed.catch(() => {})
+    await waitingOrDone(admin, renamed)
+    // Before 0010 the rename had locked the grants by now and waited for the authorization, and this
+    // DELETE waited for the rename: a deadlock, one of them failed with 40P01 after deadlock_timeout.
+    const { rows: [removed] } = await service.query(unauthorizeSql, ['lock-api', 'lock-app', ['lock-p'], null, 'admin', null, 'req-lock'])
+    await service.query('COMMIT')
+    await renamed
+    t.equal(Number(removed.changed), 1, 'the grant was removed')
+    t.same((await pool.query("SELECT client_id, permission_id, permission_name FROM grants WHERE resource_id = 'lock-api' ORDER BY 1, 2")).rows, [
+      { client_id: 'lock-app', permission_id: 'lock-q', permission_name: 'write:lock' },
+      { client_id: 'lock-other', permission_id: 'lock-p', permission_name: 'read:renamed' },
+      { client_id: 'lock-other', permission_id: 'lock-q', permission_name: 'write:lock' }
+    ], 'the rename reached the grants that were left')
+  } finally {
+    service.release()
+    admin.release()
+  }
+})
 
 t.test('descriptions are at most 255 characters → otherwise 23514, whatever the characters', async (t) => {
   await sql("INSERT INTO resources (id) VALUES ('long-api')")
@@ -452,7 +492,7 @@ t.test('migration 0003 gives the grants of an existing database their descriptio
       ('old-1', 'old-api', 'read:one', 'one'), ('old-2', 'old-api', 'read:two', NULL), ('old-3', 'old-api', 'read:three', 'three');
     INSERT INTO authorizations (resource_id, client_id) VALUES ('old-api', 'old-app');
     INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('old-api', 'old-app', 'old-1'), ('old-api', 'old-app', 'old-2')`)
-  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql'])
   t.same((await pool.query('SELECT permission_id, permission_description FROM grants ORDER BY permission_id')).rows,
     [{ permission_id: 'old-1', permission_description: 'one' }, { permission_id: 'old-2', permission_description: null }])
   t.same((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows, [{ n: 2 }], 'the count is untouched')
