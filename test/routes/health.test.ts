@@ -27,27 +27,33 @@ t.test('until the first sample of the event loop: /readyz → 503 starting, at i
   t.notOk('err' in line, 'no error, no stack')
 })
 
+// A sample every 3 s, for a start that stalls the loop longer than that: the start before the stall
+// and after it both get 3 s, which a machine busy with other test files needs. With 1 s, the first
+// sample was once taken before the stall, or the next one after it before the first request.
+const SAMPLE_INTERVAL_MS = 3000
+
 t.test('a start that stalls the event loop → not ready; ready after a calm sample, and stays ready through later lag', async (t) => {
   // The stall happens during the start (loading, compiling, migrating do the same): the first
-  // sample, due 1 s after the lag monitor began, is taken after it and sees it.
-  const harness = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '100', EVENT_LOOP_SAMPLE_INTERVAL_MS: '1000' }, {
-    extend: async () => { stallEventLoop(1500) }
+  // sample, due an interval after the lag monitor began, is taken after it and sees it.
+  const harness = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '100', EVENT_LOOP_SAMPLE_INTERVAL_MS: String(SAMPLE_INTERVAL_MS) }, {
+    extend: async () => { stallEventLoop(SAMPLE_INTERVAL_MS + 500) }
   })
   const lagging = await harness.request('/readyz')
   t.equal(lagging.status, 503, 'the first sample saw the start\'s stall')
   t.match(lagging.body, { type: '/problems/starting' })
   let status = 503
-  for (let attempt = 0; attempt < 30 && status !== 200; attempt++) {
+  for (let attempt = 0; attempt < 2 * SAMPLE_INTERVAL_MS / 200 && status !== 200; attempt++) {
     await sleep(200)
     status = (await harness.request('/readyz')).status
   }
   t.equal(status, 200, 'ready once a sample found the loop calm')
   t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 404, 'and the API is served')
   // Once ready, lag sheds API calls but leaves the replica ready: the other replicas are no better off.
-  // A sample is taken once a second: the request right after a stall that one sees is shed.
+  // A stall longer than the interval holds a sample's due time: that sample runs right after it,
+  // before the request that follows, which it sheds.
   let shed
-  for (let attempt = 0; attempt < 5 && shed?.status !== 503; attempt++) {
-    stallEventLoop(1200)
+  for (let attempt = 0; attempt < 3 && shed?.status !== 503; attempt++) {
+    stallEventLoop(SAMPLE_INTERVAL_MS + 200)
     shed = await harness.request(ordersPath(), { token: readToken() })
   }
   t.equal(shed!.status, 503, 'the API is shed')
