@@ -8,6 +8,7 @@ import { Agent, request as httpRequest, type ClientRequest } from 'node:http'
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type pg from 'pg'
+import { fixed } from './format.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const FEED_FANOUT_SCENARIO = 'feed fan-out'
@@ -216,7 +217,6 @@ export async function measureFeedFanout (options: {
   }
 }
 
-const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 const columns = ['streams', 'changes', 'deliveries', 'before 204', 'p50 ms', 'p99 ms', 'max ms', 'missed', 'twice', 'change errors', 'streams cut',
   'bench lag ms', 'RSS MiB: before → open → peak → after']
 

@@ -5,6 +5,7 @@
 import type autocannon from 'autocannon'
 import type pg from 'pg'
 import { feedSql } from '../../db/queries/feed.js'
+import { fixed } from './format.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const FEED_POLLING_SCENARIO = 'feed polling'
@@ -100,7 +101,6 @@ export async function measureFeedPolling (options: {
   return { changes, resources: RESOURCES, idsPerChange: IDS_PER_CHANGE, connections: options.connections, seconds: options.seconds, rows }
 }
 
-const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 const columns = ['cursor', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'changes/page', 'changes/s', 'DB (our SQL)', 'DB (best SQL)', '÷DB']
 
 function feedPollingCells (row: FeedPollingRow): string[] {

@@ -14,7 +14,8 @@
 import type { ChildProcess } from 'node:child_process'
 import autocannon from 'autocannon'
 import { loadReaders, loadScale, RESOURCE_ID } from '../../db/bench-data.js'
-import { cpuSecondsOf, fixed, median, memoryOf, type SideBySideOptions, spread, type Spread } from './ladder.js'
+import { fixed } from './format.js'
+import { cpuSecondsOf, median, memoryOf, type SideBySideOptions, spread, type Spread } from './ladder.js'
 import { stopProcess } from './processes.js'
 
 /** The scenario's name for BENCH_ONLY. */

@@ -26,6 +26,7 @@ import type { ServedStep } from './ladder-server.js'
 import { imageNode, type Processes, stopProcess } from './processes.js'
 import { cpuByOwner, cpuTable, measureSampled, PERF_NODE_ARGS, perfAvailable } from './cpu-samples.js'
 import { summarizeProfile } from './profile.js'
+import { fixed } from './format.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const LADDER_SCENARIO = 'ablation ladder'
@@ -129,7 +130,6 @@ export const median = (values: number[]) => {
   return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
 }
 export const spread = (values: number[]): Spread => ({ median: median(values), min: Math.min(...values), max: Math.max(...values) })
-export const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 
 async function hammer (url: string, headers: Record<string, string>, connections: number, seconds: number, pid?: number): Promise<Run> {
   const cpuBefore = pid === undefined ? 0 : await cpuSecondsOf(pid)

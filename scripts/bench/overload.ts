@@ -17,6 +17,7 @@ import { monitorEventLoopDelay, performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { BIG_CLIENT, RESOURCE_ID, type Scale } from '../../db/bench-data.js'
 import { loadConfig } from '../../src/config.js'
+import { fixed } from './format.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const OVERLOAD_SCENARIO = 'overload'
@@ -454,8 +455,6 @@ function overloadGoals (report: Omit<OverloadReport, 'goals'>): OverloadGoal[] {
     }
   ]
 }
-
-const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 
 const overloadColumns = ['order', 'conns', 'load', 'goodput/s', '÷sat', '200 p50 ms', '200 p99 ms', 'shed', 'shed p99 ms', 'shed max ms',
   'other 5xx', 'no answer', 'statuses', 'readyz 200/n', 'readyz max ms', 'bench lag ms']

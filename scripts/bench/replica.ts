@@ -24,6 +24,7 @@ import { loadScale } from '../../db/bench-data.js'
 import { migrateDatabase } from '../../db/migrate.js'
 import { NO_POSTGRES_SERVER, postgresServerBin, startReplicatedPostgres, type Ending } from '../../db/replicated-postgres.js'
 import { migrationsDir } from '../../src/project-root.js'
+import { fixed } from './format.js'
 
 /** The scenario's name for BENCH_ONLY. */
 export const REPLICA_SCENARIO = 'replica routing'
@@ -321,7 +322,6 @@ export async function measureReplicaRouting (options: {
   }
 }
 
-const fixed = (value: number, digits = 0) => value.toFixed(digits)
 const percent = (share: number) => `${fixed(share * 100, 1)} %`
 
 /** The scenario's result as markdown: a table of the variants, the checks and the goal. */

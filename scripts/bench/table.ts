@@ -5,6 +5,7 @@
 import type { Scale } from '../../db/bench-data.js'
 import type { Bench } from './context.js'
 import type { Run } from './measure.js'
+import { fixed } from './format.js'
 
 export interface Row {
   scenario: string
@@ -24,8 +25,6 @@ export interface TableRun {
   /** Adds the row to the table, and prints it. */
   record: (row: Row) => void
 }
-
-const fixed = (value: number | undefined, digits = 0) => value === undefined || Number.isNaN(value) ? '—' : value.toFixed(digits)
 
 /** Both halves share the machine's cores with the load generator: 1 / (1/HTTP + 1/best SQL). */
 export const machineCeiling = (row: Row) => row.httpCeiling && row.idealSqlCeiling
