@@ -5,4 +5,6 @@ import { startReplicatedPostgres } from '../../db/replicated-postgres.js'
 
 const pair = await startReplicatedPostgres({ onCreated: () => {} })
 process.stderr.write(JSON.stringify({ postmasters: pair.postmasterPids() }) + '\n')
-await new Promise(() => {})
+// A timer keeps the process alive until the SIGKILL: a bare pending promise would not, node would
+// exit on its own (code 13) and run its exit hooks.
+setInterval(() => {}, 1 << 30)

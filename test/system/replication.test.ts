@@ -28,7 +28,7 @@ function running (pid: number): boolean {
  * A pair started by a process of its own, which is then killed with SIGKILL, as a test runner's
  * timeout kills a test file: no hook runs, and its servers (started by pg_ctl, not its children) stay.
  */
-async function pairLeftBySigkill (): Promise<{ postmasters: number[], folder: string, survived: boolean }> {
+async function pairLeftBySigkill (): Promise<{ postmasters: number[], folder: string, killed: boolean, survived: boolean }> {
   const owner = spawn(process.execPath, nodeArgsOf('test/system/replication-leftover.fixture.ts'), { cwd: projectRoot, stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
   owner.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
@@ -36,12 +36,13 @@ async function pairLeftBySigkill (): Promise<{ postmasters: number[], folder: st
   while (!stderr.includes('\n')) {
     if (await Promise.race([exited.then(() => true), once(owner.stderr, 'data').then(() => false)])) throw new Error(`the fixture ended early:\n${stderr}`)
   }
+  const alive = owner.exitCode === null
   const { postmasters } = JSON.parse(stderr.split('\n')[0]) as { postmasters: number[] }
   // A postmaster's working folder is its data folder, in the pair's folder.
   const folder = dirname(readlinkSync(`/proc/${postmasters[0]}/cwd`))
   owner.kill('SIGKILL')
-  await exited
-  return { postmasters, folder, survived: postmasters.length === 2 && postmasters.every(running) }
+  const [, signal] = await exited
+  return { postmasters, folder, killed: alive && signal === 'SIGKILL', survived: postmasters.length === 2 && postmasters.every(running) }
 }
 
 const leftover = await pairLeftBySigkill()
@@ -70,6 +71,7 @@ const lsns = async () => {
 await query(cluster.primaryUrl, 'CREATE TABLE item (name text PRIMARY KEY)')
 
 t.test('a start ends the servers of a pair whose owner was killed with SIGKILL, and removes its folder', async (t) => {
+  t.ok(leftover.killed, 'the owner was alive until SIGKILL ended it')
   t.ok(leftover.survived, 'both servers outlived their owner')
   for (const pid of leftover.postmasters) t.notOk(running(pid), `postmaster ${pid} stopped`)
   t.notOk(existsSync(leftover.folder), `${leftover.folder} removed`)
