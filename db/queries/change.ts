@@ -150,6 +150,27 @@ function authorizationLocks (client: pg.PoolClient, { resourceId, clientId }: Pi
     SELECT FROM authorizations WHERE resource_id = ${resource} AND client_id = ${clientLiteral} FOR UPDATE`
 }
 
+// deadlock_detected: PostgreSQL failed this transaction to break a cycle of lock waits.
+const DEADLOCK_DETECTED = '40P01'
+/** Attempts of a change that PostgreSQL fails to break a deadlock: the first and one more. */
+const CHANGE_ATTEMPTS = 2
+
+/**
+ * A change, run again from BEGIN when PostgreSQL failed it to break a deadlock: it had changed
+ * nothing (its transaction was rolled back), and the other side of the cycle holds its locks no
+ * more. Renames of several permissions at once (SQL, seeds) can deadlock with a grant (migration
+ * 0010 says how); the caller should not get a 500 for that.
+ */
+async function changeGrants (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await changeGrantsOnce(pool, name, text, input, options)
+    } catch (error) {
+      if (attempt >= CHANGE_ATTEMPTS || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error
+    }
+  }
+}
+
 /**
  * One change of a client's grants on a resource, all or nothing: one statement that changes only
  * when the client is authorized, the precondition holds and every id is a permission of the
@@ -157,7 +178,7 @@ function authorizationLocks (client: pg.PoolClient, { resourceId, clientId }: Pi
  * after the statement's answer, so a client that gave up waiting never leaves a change committed
  * behind it.
  */
-async function changeGrants (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
+async function changeGrantsOnce (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
   const client = await pool.connect()
   try {
     // One round trip; the timeout is transaction-scoped, so nothing leaks to the next user of a

@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
-import { deleteToken } from '../support/tokens.js'
+import { deleteToken, token } from '../support/tokens.js'
 
 t.test('the connection of a DELETE is killed after it removed some rows → 503, none removed', async (t) => {
   const harness = await build(t)
@@ -116,4 +116,46 @@ t.test('a DELETE that waits for a POST of the same id to commit removes what the
   t.equal(await granted(), 0, 'the grant the POST made is removed')
   const { rows } = await harness.db.query("SELECT action, permission_ids FROM permission_changes WHERE client_id = 'app-a' ORDER BY id")
   t.same(rows.at(-1), { action: 'unauthorized', permission_ids: ['p_update_refunds'] }, 'and the history says so')
+})
+
+t.test('a POST that PostgreSQL fails to break a deadlock is run again → 204, granted once', async (t) => {
+  const harness = await build(t)
+  // Two clients, each holding one of two permissions; the POST grants the first to the second client.
+  await harness.db.query(`
+    INSERT INTO resources (id) VALUES ('cycle-api');
+    INSERT INTO permissions (id, resource_id, name) VALUES ('cycle-p1', 'cycle-api', 'read:cycle'), ('cycle-p2', 'cycle-api', 'write:cycle');
+    INSERT INTO clients (id) VALUES ('cycle-c1'), ('cycle-c2');
+    INSERT INTO authorizations (resource_id, client_id) VALUES ('cycle-api', 'cycle-c1'), ('cycle-api', 'cycle-c2');
+    INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('cycle-api', 'cycle-c1', 'cycle-p1'), ('cycle-api', 'cycle-c2', 'cycle-p2')`)
+  // An administrator describes both permissions anew in one transaction, one after the other. It
+  // waits 10 s before it looks for a deadlock, the POST 1 s (the default): the POST is the one failed.
+  const admin = await harness.db.connect()
+  t.teardown(() => admin.release())
+  await admin.query("BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'first' WHERE id = 'cycle-p1'")
+  const pending = harness.request('/resources/cycle-api/authorized_clients/cycle-c2/permissions', {
+    method: 'POST', token: token({ scope: 'create:resource' }), json: ['cycle-p1']
+  })
+  // The POST holds cycle-c2's authorization and waits for cycle-p1's row (its description check, 0008).
+  let waiting = false
+  for (let attempt = 0; attempt < 100 && !waiting; attempt++) {
+    const { rowCount } = await harness.db.query(`
+      SELECT 1 FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO grants%'`)
+    waiting = rowCount! > 0
+    if (!waiting) await sleep(50)
+  }
+  t.ok(waiting, 'the POST waits for the administrator')
+  // Now the administrator waits for cycle-c2's authorization (0010): a cycle, which PostgreSQL breaks
+  // by failing the POST's transaction; the administrator's statement then goes on.
+  await admin.query("UPDATE permissions SET description = 'second' WHERE id = 'cycle-p2'")
+  await admin.query('COMMIT')
+  const res = await pending
+  t.equal(res.status, 204, res.text)
+  const { rows } = await harness.db.query("SELECT permission_id, permission_description FROM grants WHERE client_id = 'cycle-c2' ORDER BY 1")
+  t.same(rows, [
+    { permission_id: 'cycle-p1', permission_description: 'first' },
+    { permission_id: 'cycle-p2', permission_description: 'second' }
+  ], 'granted once, with the description committed last')
+  const history = await harness.db.query("SELECT action, permission_ids FROM permission_changes WHERE client_id = 'cycle-c2'")
+  t.same(history.rows, [{ action: 'granted', permission_ids: ['cycle-p1'] }], 'one change in the history')
 })
