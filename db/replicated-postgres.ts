@@ -346,7 +346,7 @@ function processIdentity (pid: number): string | undefined {
 }
 
 /** Whether the process runs: it exists and is not a zombie waiting to be reaped. */
-function running (pid: number): boolean {
+export function running (pid: number): boolean {
   const state = statFields(pid)?.[0]
   return state !== undefined && state !== 'Z'
 }

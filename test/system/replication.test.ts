@@ -4,25 +4,17 @@
 // start ends the servers that a process killed with SIGKILL left behind.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { existsSync, readFileSync, readlinkSync } from 'node:fs'
+import { existsSync, readlinkSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
+import { running } from '../../db/replicated-postgres.js'
 import { projectRoot } from '../../src/project-root.js'
 import { nodeArgsOf } from '../support/node-args.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 
 skipUnlessPostgresServer(t, 'the replication helper\'s test')
-
-/** Whether process `pid` runs: it has an entry in /proc that is not a zombie's. */
-function running (pid: number): boolean {
-  try {
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))
-  } catch {
-    return false
-  }
-}
 
 /**
  * A pair started by a process of its own, which is then killed with SIGKILL, as a test runner's
