@@ -6,11 +6,10 @@ import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { appendFile, chown, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { freePort, temporaryFolder } from './embedded-postgres.js'
+import { freePort, temporaryFolder, temporaryRoots } from './embedded-postgres.js'
 
 const DEBIAN_ROOT = '/usr/lib/postgresql'
 const PROGRAMS = ['initdb', 'pg_ctl', 'postgres', 'pg_basebackup']
@@ -107,7 +106,7 @@ export async function startReplicatedPostgres ({ onCreated, settings: given = {}
   if (!bin) throw new Error(NO_POSTGRES_SERVER)
   const owner = serverUser()
   await endLeftovers()
-  const dir = await temporaryFolder(FOLDER_PREFIX)
+  const dir = await temporaryFolder(FOLDER_PREFIX, { inMemory: true })
   await writeFile(join(dir, OWNER_FILE), processIdentity(process.pid) ?? '')
   const password = randomBytes(18).toString('base64url')
   const node = (name: Node['name'], port: number): Node => ({
@@ -369,7 +368,10 @@ function commandLineOf (pid: number): string {
  * do not stop within the bound are left with their folder, and the caller's own start goes on.
  */
 async function endLeftovers (): Promise<void> {
-  const folders = (await readdir(tmpdir())).filter((name) => name.startsWith(FOLDER_PREFIX)).map((name) => join(tmpdir(), name))
+  const folders: string[] = []
+  for (const root of await temporaryRoots({ inMemory: true })) {
+    folders.push(...(await readdir(root)).filter((name) => name.startsWith(FOLDER_PREFIX)).map((name) => join(root, name)))
+  }
   for (const dir of folders) {
     const owner = await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => '')
     if (!/^\d+ \d+$/.test(owner) || processIdentity(Number(owner.split(' ')[0])) === owner) continue

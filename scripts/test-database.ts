@@ -34,7 +34,8 @@ export type TestDatabaseEnv = Pick<NodeJS.ProcessEnv, 'TEST_DATABASE_URL' | 'TES
 
 /** Runs `work` with the test database, its migrated template and the bundled spec; removes them after. */
 export async function withTestDatabase<T> (work: (env: TestDatabaseEnv) => Promise<T>): Promise<T> {
-  const database = await givenOrThrowawayPostgres(process.env.TEST_DATABASE_URL)
+  // In RAM when there is room: nothing of it outlives the run (db/embedded-postgres.ts).
+  const database = await givenOrThrowawayPostgres(process.env.TEST_DATABASE_URL, { inMemory: true })
   const template = await migratedTemplate(database.url)
   const specDir = await mkdtemp(join(tmpdir(), 'client-permissions-spec-'))
   try {

@@ -106,7 +106,7 @@ export interface OwnPostgres {
 
 /** A PostgreSQL server of the test's own, to stop and start again; removed when the test ends. */
 export async function ownPostgres (t: Test): Promise<OwnPostgres> {
-  const dir = await temporaryFolder('client-permissions-own-pg-')
+  const dir = await temporaryFolder('client-permissions-own-pg-', { inMemory: true })
   const options = { dataDir: join(dir, 'pg'), port: await freePort() }
   // At an exit without teardown (test/support/at-exit.ts): PostgreSQL's immediate shutdown, which writes
   // nothing more (SIGQUIT to the postmaster, whose PID heads postmaster.pid while it runs; a test may
