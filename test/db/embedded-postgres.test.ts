@@ -1,9 +1,15 @@
 // The leftover-postmaster rule of `npm start`, with real processes: a child of a live node process
-// is in use; once that parent is killed with SIGKILL, the child is an orphan.
+// is in use; once that parent is killed with SIGKILL, the child is an orphan. And where a test
+// run's throwaway clusters live: in RAM when there is room.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { rm, statfs } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { basename, dirname } from 'node:path'
+import pg from 'pg'
 import t from 'tap'
-import { isOrphaned } from '../../db/embedded-postgres.js'
+import { isOrphaned, temporaryFolder } from '../../db/embedded-postgres.js'
+import { testDatabaseUrl } from '../support/database.js'
 
 t.test('a process whose node parent lives is in use; killed with SIGKILL, its child is orphaned', async (t) => {
   // A node process that starts a long sleep and reports its pid.
@@ -19,4 +25,22 @@ t.test('a process whose node parent lives is in use; killed with SIGKILL, its ch
   await once(parent, 'exit')
   t.equal(await isOrphaned(sleeper), true, 'its parent was killed')
   t.equal(await isOrphaned(2 ** 22 + 12345), true, 'a pid that does not exist')
+})
+
+t.test('a test run\'s clusters are in RAM (/dev/shm) when it is a tmpfs with 2 GiB free, else in the temporary folder', async (t) => {
+  const shm = await statfs('/dev/shm').catch(() => undefined)
+  const roomInRam = shm !== undefined && shm.type === 0x01021994 && shm.bavail * shm.bsize >= 2 * 1024 ** 3
+  const expected = roomInRam ? '/dev/shm' : tmpdir()
+  const inRam = await temporaryFolder('client-permissions-where-', { inMemory: true })
+  const other = await temporaryFolder('client-permissions-where-')
+  t.teardown(() => Promise.all([inRam, other].map((folder) => rm(folder, { recursive: true, force: true }))))
+  t.equal(dirname(inRam), expected, `a folder for a cluster: ${inRam}`)
+  t.equal(dirname(other), tmpdir(), `any other folder: the temporary folder: ${other}`)
+  const client = new pg.Client({ connectionString: testDatabaseUrl() })
+  await client.connect()
+  const { rows: [{ data_directory: dataDirectory }] } = await client.query('SHOW data_directory')
+  await client.end()
+  // A server given by TEST_DATABASE_URL lives where its owner put it.
+  if (!basename(dataDirectory).startsWith('client-permissions-pg-')) return
+  t.equal(dirname(dataDirectory), expected, `the run's throwaway cluster: ${dataDirectory}`)
 })
