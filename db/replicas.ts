@@ -118,7 +118,8 @@ export class ReplicaSet extends EventEmitter {
           if (this.#reportedDown.delete(replica)) this.emit('up', replica)
         }
       } catch (error) {
-        this.markDown(replica, error as Error)
+        // A set closed during the probe ended the pool under it: no outage to report.
+        if (!this.#closed) this.markDown(replica, error as Error)
       }
     }))
   }

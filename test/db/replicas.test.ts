@@ -1,0 +1,194 @@
+// The replica set on its own (db/replicas.ts), against a real primary and streaming replica
+// (test/support/replication.ts): what its probe learns, which replica a read may go to and why
+// none may, the events an outage makes, and its end. test/system/replicas.test.ts tests the same
+// through the service, where the read path's own check of a replica's position hides some of it.
+import { setTimeout as sleep } from 'node:timers/promises'
+import pg from 'pg'
+import t, { type Test } from 'tap'
+import { ConnectionWaitTimeout } from '../../db/errors.js'
+import { freePort } from '../../db/embedded-postgres.js'
+import { parseLsn } from '../../db/lsn.js'
+import { recoveryConflict, type Replica, replicaFailed, ReplicaSet, type ReplicaSetOptions } from '../../db/replicas.js'
+import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
+
+skipUnlessPostgresServer(t, 'the replica set test')
+const cluster = await replicatedPostgres(t)
+const primary = new pg.Pool({ connectionString: cluster.primaryUrl, max: 1 })
+t.teardown(() => primary.end())
+await primary.query('CREATE TABLE IF NOT EXISTS writes (n int)')
+await cluster.waitForReplay()
+const closedUrl = `postgres://u:p@127.0.0.1:${await freePort()}/db`
+
+/** A replica set made for the test, closed when it ends; it probes only when told, unless started. */
+function replicaSet (t: Test, options: Partial<ReplicaSetOptions> = {}): ReplicaSet {
+  const set = new ReplicaSet({
+    urls: [cluster.replicaUrl],
+    pool: { max: 2, connectionWaitMs: 5000, queryTimeoutMs: 5000 },
+    primaryUrl: cluster.primaryUrl,
+    maxLagMs: 60_000,
+    probeIntervalMs: 50,
+    ...options
+  })
+  t.teardown(() => set.close())
+  return set
+}
+
+/** The events a set emits, as "down replica-1: message" and "up replica-1". */
+function eventsOf (set: ReplicaSet): string[] {
+  const events: string[] = []
+  set.on('down', (replica: Replica, error: Error) => events.push(`down ${replica.name}: ${error.message}`))
+  set.on('up', (replica: Replica) => events.push(`up ${replica.name}`))
+  return events
+}
+
+/** Where the primary has written now. */
+async function primaryLsn (): Promise<bigint> {
+  return parseLsn((await primary.query('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0].lsn)!
+}
+
+t.test('before its first probe: no replica may answer, and no lag is known', async (t) => {
+  const set = replicaSet(t)
+  t.equal(set.choose(), 'none_up')
+  t.equal(set.replicas[0].up, false)
+  t.equal(set.lagMs(set.replicas[0]), undefined, 'no position of the primary yet')
+})
+
+t.test('a probe: the replica is up, has replayed what the primary wrote, lags 0 ms; a token decides alone', async (t) => {
+  const set = replicaSet(t)
+  const events = eventsOf(set)
+  await set.probe()
+  const [replica] = set.replicas
+  t.equal(replica.up, true)
+  t.equal(set.primaryReachable, true, 'one position of the primary is enough')
+  t.ok(replica.replayed > 0n && replica.replayed <= await primaryLsn(), `replayed ${replica.replayed}`)
+  t.equal(set.lagMs(replica), 0)
+  t.equal(set.choose(), replica)
+  t.equal(set.choose(replica.replayed), replica, 'a token at exactly what it replayed')
+  t.equal(set.choose(replica.replayed + 1n), 'behind_token', 'a token past it, however small the lag')
+  t.same(events, [], 'no event: a first probe that finds it up is no return from an outage')
+})
+
+t.test('what a read shows of a replica\'s position moves it forward, never back', async (t) => {
+  const set = replicaSet(t)
+  await set.probe()
+  const [replica] = set.replicas
+  const probed = replica.replayed
+  set.observed(replica, probed - 1n)
+  t.equal(replica.replayed, probed, 'an older position changes nothing')
+  set.observed(replica, probed + 10n)
+  t.equal(replica.replayed, probed + 10n)
+  t.equal(set.choose(probed + 10n), replica, 'a token the read showed')
+})
+
+t.test('replay paused: the lag grows from the primary\'s first position the replica lacks; past maxLag no read goes there', async (t) => {
+  const set = replicaSet(t, { maxLagMs: 300 })
+  await set.probe()
+  const [replica] = set.replicas
+  await cluster.pauseReplay()
+  t.teardown(() => cluster.resumeReplay())
+  await primary.query('INSERT INTO writes VALUES (1)')
+  const written = Date.now()
+  await cluster.waitForReceive()
+  await set.probe()
+  const first = set.lagMs(replica)!
+  await sleep(400)
+  await set.probe()
+  const lag = set.lagMs(replica)!
+  t.ok(lag >= first + 350 && lag <= Date.now() - written + 100, `${first} ms, then ${lag} ms, ${Date.now() - written} ms after the write`)
+  t.equal(set.choose(), 'lagging')
+  t.equal(set.choose(replica.replayed), replica, 'a token it has replayed: the lag does not matter')
+  const patient = replicaSet(t, { maxLagMs: 60_000 })
+  await patient.probe()
+  await sleep(100)
+  await patient.probe()
+  t.equal(patient.choose(), patient.replicas[0], 'within a longer bound')
+  await cluster.resumeReplay()
+  await cluster.waitForReplay()
+  await set.probe()
+  t.equal(set.lagMs(replica), 0, 'caught up')
+  t.equal(set.choose(), replica)
+})
+
+t.test('the primary unreachable: no lag known, so a replica answers however far behind', async (t) => {
+  const set = replicaSet(t, { primaryUrl: closedUrl, maxLagMs: 1 })
+  await set.probe()
+  t.equal(set.primaryReachable, false)
+  t.equal(set.lagMs(set.replicas[0]), undefined)
+  t.equal(set.choose(), set.replicas[0], 'stale reads beat none')
+})
+
+t.test('a URL that is not a standby (the primary\'s): down, with the reason, and never chosen', async (t) => {
+  const set = replicaSet(t, { urls: [cluster.primaryUrl] })
+  const events = eventsOf(set)
+  await set.probe()
+  await set.probe()
+  t.equal(set.replicas[0].up, false)
+  t.equal(set.choose(), 'none_up')
+  t.same(events, ['down replica-1: not a streaming replica: pg_is_in_recovery() is false'], 'reported once')
+})
+
+t.test('an outage: reported once however many probes fail; the first probe after it brings the replica back, and says so', async (t) => {
+  const set = replicaSet(t)
+  const events = eventsOf(set)
+  await set.probe()
+  const [replica] = set.replicas
+  const failure = new Error('a read failed')
+  set.markDown(replica, failure)
+  set.markDown(replica, failure)
+  t.equal(replica.up, false)
+  t.equal(set.choose(), 'none_up')
+  await set.probe()
+  t.equal(replica.up, true)
+  t.same(events, ['down replica-1: a read failed', 'up replica-1'])
+  const closed = replicaSet(t, { urls: [closedUrl] })
+  const refused = eventsOf(closed)
+  await closed.start()
+  await sleep(300)
+  t.equal(refused.length, 1, `one event over several probes: ${refused.join(' | ')}`)
+  t.match(refused[0], /^down replica-1: /)
+})
+
+t.test('two replicas: reads take turns', async (t) => {
+  const set = replicaSet(t, { urls: [cluster.replicaUrl, cluster.replicaUrl] })
+  await set.probe()
+  const chosen = [set.choose(), set.choose(), set.choose(), set.choose()].map((each) => typeof each === 'string' ? each : each.name)
+  t.same(chosen, ['replica-2', 'replica-1', 'replica-2', 'replica-1'])
+})
+
+t.test('closed: its pools are ended and no probe runs again, even when closed during the first one', async (t) => {
+  for (const when of ['after its start', 'during its first probe']) {
+    const set = new ReplicaSet({
+      urls: [cluster.replicaUrl],
+      pool: { max: 1, connectionWaitMs: 5000, queryTimeoutMs: 5000 },
+      primaryUrl: cluster.primaryUrl,
+      maxLagMs: 60_000,
+      probeIntervalMs: 20
+    })
+    const events = eventsOf(set)
+    const started = set.start()
+    if (when === 'after its start') await started
+    await set.close()
+    await started
+    await sleep(200)
+    t.same(events, [], `${when}: no probe of the ended pools reported them down`)
+    t.equal(set.primaryReachable, true, `${when}: no probe asked the primary through its ended pool`)
+    await t.rejects(set.replicas[0].pool.query('SELECT 1'), `${when}: the replica's pool is ended`)
+  }
+})
+
+t.test('a replica\'s failure or a conflict with its recovery, told from a request\'s own error', async (t) => {
+  const withCode = (code: string) => Object.assign(new Error(code), { code })
+  for (const code of ['40001', '40P01', '57P04']) t.equal(recoveryConflict(withCode(code)), true, code)
+  t.equal(recoveryConflict(withCode('23505')), false, 'a unique violation')
+  t.equal(recoveryConflict({ code: '40001' }), false, 'not an Error')
+  t.equal(replicaFailed(withCode('ECONNREFUSED')), true, 'unreachable')
+  t.equal(replicaFailed(new ConnectionWaitTimeout('no connection in time')), true, 'busy beyond its bounds')
+  t.equal(replicaFailed(withCode('57014')), true, 'a statement past its timeout')
+  t.equal(replicaFailed(withCode('42P01')), false, 'an error of the request')
+})
+
+t.test('a position\'s text: pg_lsn only', async (t) => {
+  t.equal(parseLsn('16/B374D848'), (0x16n << 32n) | 0xB374D848n)
+  t.equal(parseLsn('not a position'), undefined)
+  t.equal(parseLsn('1/2/3'), undefined)
+})
