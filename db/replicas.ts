@@ -38,6 +38,7 @@ const PROBE_DEADLINE_FLOOR_MS = 1000
 export class ReplicaSet extends EventEmitter {
   readonly replicas: Replica[]
   /** False while the primary does not answer the probe. */
+  // Stryker disable next-line BooleanLiteral: read only by lagMs(), which has no position of the primary before the first probe sets this
   primaryReachable = true
   readonly #primary: DatabasePool
   readonly #probes: DatabasePool[]
@@ -97,6 +98,9 @@ export class ReplicaSet extends EventEmitter {
       this.primaryReachable = true
       const now = performance.now()
       this.#samples.push({ lsn: parseLsn(row.lsn)!, at: now })
+      // Kept for maxLag and four intervals more: enough to tell that a replica lags, so the lag reads
+      // at most that (db_replica_lag_seconds says so). The newest two always stay.
+      // Stryker disable next-line EqualityOperator: samples[1] is the sample just taken while there are two, and an age of exactly the bound is a float no test can make
       while (this.#samples.length > 2 && now - this.#samples[1].at > this.#maxLagMs + 4 * this.#probeIntervalMs) this.#samples.shift()
     } catch {
       this.primaryReachable = false
@@ -136,6 +140,7 @@ export class ReplicaSet extends EventEmitter {
 
   /** What a read on `replica` has shown of its position (never moves it back). */
   observed (replica: Replica, lsn: bigint): void {
+    // Stryker disable next-line EqualityOperator: at an equal position, setting it changes nothing
     if (lsn > replica.replayed) replica.replayed = lsn
   }
 
@@ -160,6 +165,7 @@ export class ReplicaSet extends EventEmitter {
     if (up.length === 0) return 'none_up'
     const fresh = after !== undefined
       ? up.filter((replica) => replica.replayed >= after)
+      // Stryker disable next-line EqualityOperator: a lag of exactly maxLag (a float of ms between two clock readings) is no case a test can make
       : up.filter((replica) => (this.lagMs(replica) ?? 0) <= this.#maxLagMs)
     if (fresh.length === 0) return after !== undefined ? 'behind_token' : 'lagging'
     this.#next = (this.#next + 1) % fresh.length

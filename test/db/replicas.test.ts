@@ -109,6 +109,32 @@ t.test('replay paused: the lag grows from the primary\'s first position the repl
   t.equal(set.choose(), replica)
 })
 
+t.test('a replica stalled longer than maxLag and four probe intervals: its lag reads that ceiling (the positions kept)', async (t) => {
+  const set = replicaSet(t, { maxLagMs: 100, probeIntervalMs: 50 })
+  const ceiling = 100 + 4 * 50
+  await set.probe()
+  const [replica] = set.replicas
+  await cluster.pauseReplay()
+  t.teardown(() => cluster.resumeReplay())
+  await primary.query('INSERT INTO writes VALUES (2)')
+  const written = performance.now()
+  await cluster.waitForReceive()
+  let last = performance.now()
+  let widestGap = 0
+  while (performance.now() - written < 4 * ceiling) {
+    await sleep(50)
+    await set.probe()
+    widestGap = Math.max(widestGap, performance.now() - last)
+    last = performance.now()
+  }
+  const lag = set.lagMs(replica)!
+  t.ok(lag >= ceiling && lag <= ceiling + widestGap + 50,
+    `${lag.toFixed(0)} ms after ${(performance.now() - written).toFixed(0)} ms stalled: the ceiling ${ceiling} ms, probes at most ${widestGap.toFixed(0)} ms apart`)
+  t.equal(set.choose(), 'lagging')
+  await cluster.resumeReplay()
+  await cluster.waitForReplay()
+})
+
 t.test('the primary unreachable: no lag known, so a replica answers however far behind', async (t) => {
   const set = replicaSet(t, { primaryUrl: closedUrl, maxLagMs: 1 })
   await set.probe()
