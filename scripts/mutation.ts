@@ -1,5 +1,6 @@
-// npm run mutation: Stryker over every module with behaviour, against a real PostgreSQL like the
-// tests, one run per area: an area's modules are mutated against the test files written for them.
+// npm run mutation: Stryker over the service's modules with behaviour that a test file runs in its
+// own process (docs/testing.md lists those left out), against a real PostgreSQL like the tests,
+// one run per area: an area's modules are mutated against the test files written for them.
 // With every suite behind every mutant, a mutant that survives (or that only a late suite kills)
 // ran the whole list: config and the plugins are loaded by every test, so the run took hours.
 // stryker.config.json holds what the runs share. Reports: reports/mutation/<area>.{json,html},
@@ -21,7 +22,7 @@ interface Area { name: string, mutate: string[], testFiles: string[], concurrenc
 const areas: Area[] = [
   {
     name: 'problems',
-    mutate: ['src/problems.ts', 'src/error-handler.ts', 'src/validation.ts', 'src/json-body.ts'],
+    mutate: ['src/problems.ts', 'src/error-handler.ts', 'src/validation.ts', 'src/json-body.ts', 'src/routes/problems.ts'],
     // The routes' files before problems.test: most of the body parser's mutants are killed by
     // unauthorize.test, and many of the validators' by list.test.
     // unknown-parameters and problem-pages: the hints for unknown query parameters and the pages of
@@ -94,12 +95,29 @@ const areas: Area[] = [
     // These files mostly wait (timeouts, a stopped database, a stalled loop): at the shared 4 the
     // two cores were idle a fifth of the time.
     concurrency: 6
+  },
+  {
+    // Reads on streaming replicas: which replica may answer, their lag and positions, the
+    // Consistency-Token. The replica set on its own first, then the service with a replica that
+    // refuses connections, without replicas (no token sent), and with a real one; the model last.
+    name: 'replicas',
+    mutate: ['db/replicas.ts', 'db/lsn.ts', 'src/routes/consistency.ts'],
+    testFiles: ['test/db/replicas.test.ts', 'test/db/replica-unreachable.test.ts', 'test/routes/preconditions.test.ts',
+      'test/system/replicas.test.ts', 'test/http/model.test.ts']
+  },
+  {
+    // The change feed's stream: the hub that fans a change out, the events it sends, the plugin
+    // and the LISTEN connection. Not test/system/feed-order.test.ts: its service is a process of its
+    // own, which the mutant a run switches on does not reach.
+    name: 'feed',
+    mutate: ['src/feed-hub.ts', 'src/feed-events.ts', 'plugins/feed.ts', 'db/change-listener.ts'],
+    testFiles: ['test/routes/feed-stream.test.ts', 'test/routes/feed.test.ts']
   }
 ]
 
 const command = {
   usage: 'npm run -s mutation -- [AREA...] [--incremental]',
-  about: 'Stryker over every module with behaviour, against a throwaway embedded PostgreSQL or TEST_DATABASE_URL,\n' +
+  about: 'Stryker over the service\'s modules with behaviour, against a throwaway embedded PostgreSQL or TEST_DATABASE_URL,\n' +
     `one run per AREA: ${areas.map(({ name }) => name).join(', ')} (default: every one).\n` +
     'Reports: reports/mutation/AREA.{json,html}.',
   options: {
