@@ -82,10 +82,10 @@ async function memoryFolder (): Promise<string | undefined> {
   return MEMORY_FOLDER
 }
 
-/** Where temporary folders go: the system's temporary folder, or RAM first when `inMemory`. */
-export async function temporaryRoots ({ inMemory = false } = {}): Promise<string[]> {
-  const memory = inMemory ? await memoryFolder() : undefined
-  return memory === undefined ? [tmpdir()] : [memory, tmpdir()]
+/** Every folder a temporary folder of ours may be in, whatever room each has now: for sweeps. */
+export async function temporaryRoots (): Promise<string[]> {
+  const memory = await stat(MEMORY_FOLDER).then((found) => found.isDirectory(), () => false)
+  return [...new Set([...(memory ? [MEMORY_FOLDER] : []), tmpdir()])]
 }
 
 /**
@@ -93,7 +93,7 @@ export async function temporaryRoots ({ inMemory = false } = {}): Promise<string
  * folder, or in RAM when `inMemory` and there is room (for clusters thrown away after a test run).
  */
 export async function temporaryFolder (prefix: string, { inMemory = false } = {}): Promise<string> {
-  const [root] = await temporaryRoots({ inMemory })
+  const root = (inMemory ? await memoryFolder() : undefined) ?? tmpdir()
   const dir = await mkdtemp(join(root, prefix))
   await chmod(dir, 0o755)
   return dir

@@ -98,9 +98,8 @@ export class ReplicaSet extends EventEmitter {
       this.primaryReachable = true
       const now = performance.now()
       this.#samples.push({ lsn: parseLsn(row.lsn)!, at: now })
-      // Kept for maxLag and four intervals more: enough to tell that a replica lags, so the lag reads
-      // at most that (db_replica_lag_seconds says so). The newest two always stay.
-      // Stryker disable next-line EqualityOperator: samples[1] is the sample just taken while there are two, and an age of exactly the bound is a float no test can make
+      // Kept for maxLag and four intervals more, and the one sample before: enough to tell that a
+      // replica lags, so the lag reads at most about that (db_replica_lag_seconds says so).
       while (this.#samples.length > 2 && now - this.#samples[1].at > this.#maxLagMs + 4 * this.#probeIntervalMs) this.#samples.shift()
     } catch {
       this.primaryReachable = false
@@ -140,7 +139,6 @@ export class ReplicaSet extends EventEmitter {
 
   /** What a read on `replica` has shown of its position (never moves it back). */
   observed (replica: Replica, lsn: bigint): void {
-    // Stryker disable next-line EqualityOperator: at an equal position, setting it changes nothing
     if (lsn > replica.replayed) replica.replayed = lsn
   }
 
@@ -165,7 +163,6 @@ export class ReplicaSet extends EventEmitter {
     if (up.length === 0) return 'none_up'
     const fresh = after !== undefined
       ? up.filter((replica) => replica.replayed >= after)
-      // Stryker disable next-line EqualityOperator: a lag of exactly maxLag (a float of ms between two clock readings) is no case a test can make
       : up.filter((replica) => (this.lagMs(replica) ?? 0) <= this.#maxLagMs)
     if (fresh.length === 0) return after !== undefined ? 'behind_token' : 'lagging'
     this.#next = (this.#next + 1) % fresh.length

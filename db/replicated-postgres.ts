@@ -369,7 +369,7 @@ function commandLineOf (pid: number): string {
  */
 async function endLeftovers (): Promise<void> {
   const folders: string[] = []
-  for (const root of await temporaryRoots({ inMemory: true })) {
+  for (const root of await temporaryRoots()) {
     folders.push(...(await readdir(root)).filter((name) => name.startsWith(FOLDER_PREFIX)).map((name) => join(root, name)))
   }
   for (const dir of folders) {

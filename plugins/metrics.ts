@@ -124,8 +124,8 @@ export default fp(async function metrics (fastify) {
     replicas.on('fallback', (reason: string) => fallbacks.inc({ reason }))
     new client.Gauge({ // eslint-disable-line no-new
       name: 'db_replica_lag_seconds',
-      help: 'How long ago the primary was at a position the replica has not replayed, at most DATABASE_REPLICA_MAX_LAG_MS plus four ' +
-        'probe intervals (a replica further behind takes no reads); NaN while the primary cannot be asked',
+      help: 'How long ago the primary was at a position the replica has not replayed, at most about DATABASE_REPLICA_MAX_LAG_MS plus ' +
+        'four to six probe intervals (a replica further behind takes no reads); NaN while the primary cannot be asked',
       labelNames: ['replica'],
       collect () {
         for (const replica of replicas.replicas) this.set({ replica: replica.name }, (replicas.lagMs(replica) ?? NaN) / 1000)

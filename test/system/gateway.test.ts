@@ -186,8 +186,8 @@ function startReplica (index: number): Running {
     // Longer than the gateway's inter x fall (500 ms x 2): it stops routing here before we close.
     SHUTDOWN_DELAY_MS: '2000',
     // Other test files share the cores: lag here is theirs (shedding: test/plugins/pressure.test.ts),
-    // and so is a wait for one of the four connections past the default second (the rolling restart's
-    // four clients and the gateway's checks share them; test/db/overload.test.ts tests the wait).
+    // and so is a wait for one of the four connections past the default second (the rolling
+    // restart's four clients share them, on a replica just started; test/db/overload.test.ts tests the wait).
     MAX_EVENT_LOOP_DELAY_MS: '0',
     DATABASE_CONNECTION_WAIT_MS: '10000',
     // Well below the idle timeout of the gateway the stream test starts (3 s).
