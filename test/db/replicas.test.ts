@@ -53,6 +53,16 @@ async function probeUntilCaughtUp (set: ReplicaSet, replica: Replica): Promise<v
   }
 }
 
+/** Pauses replay until `t` ends, and writes on the primary: the time of the write, once the replica has received it. */
+async function stallReplayBehindAWrite (t: Test): Promise<number> {
+  await cluster.pauseReplay()
+  t.teardown(() => cluster.resumeReplay())
+  await primary.query('INSERT INTO writes VALUES (1)')
+  const written = performance.now()
+  await cluster.waitForReceive()
+  return written
+}
+
 /** Where the primary has written now. */
 async function primaryLsn (): Promise<bigint> {
   return parseLsn((await primary.query('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0].lsn)!
@@ -97,17 +107,13 @@ t.test('replay paused: the lag grows from the primary\'s first position the repl
   const set = replicaSet(t, { maxLagMs: 300 })
   await set.probe()
   const [replica] = set.replicas
-  await cluster.pauseReplay()
-  t.teardown(() => cluster.resumeReplay())
-  await primary.query('INSERT INTO writes VALUES (1)')
-  const written = Date.now()
-  await cluster.waitForReceive()
+  const written = await stallReplayBehindAWrite(t)
   await set.probe()
   const first = set.lagMs(replica)!
   await sleep(400)
   await set.probe()
   const lag = set.lagMs(replica)!
-  t.ok(lag >= first + 350 && lag <= Date.now() - written + 100, `${first} ms, then ${lag} ms, ${Date.now() - written} ms after the write`)
+  t.ok(lag >= first + 350 && lag <= performance.now() - written + 100, `${first} ms, then ${lag} ms, ${performance.now() - written} ms after the write`)
   t.equal(set.choose(), 'lagging')
   t.equal(set.choose(replica.replayed), replica, 'a token it has replayed: the lag does not matter')
   const patient = replicaSet(t, { maxLagMs: 60_000 })
@@ -135,11 +141,7 @@ t.test('a replica stalled longer than maxLag and four probe intervals: its lag r
   const ceiling = 100 + 4 * 50
   await set.probe()
   const [replica] = set.replicas
-  await cluster.pauseReplay()
-  t.teardown(() => cluster.resumeReplay())
-  await primary.query('INSERT INTO writes VALUES (2)')
-  const written = performance.now()
-  await cluster.waitForReceive()
+  const written = await stallReplayBehindAWrite(t)
   // Each probe's start and end: two samples of the primary are at most (a probe's end - the one
   // before's start) apart, and the last is no older than the last probe's start.
   const probes: Array<{ start: number, end: number }> = []
