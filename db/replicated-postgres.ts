@@ -5,23 +5,20 @@
 import { execFile } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs'
-import { appendFile, chown, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { appendFile, chown, mkdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import { freePort, temporaryFolder, temporaryRoots } from './embedded-postgres.js'
+import { endLeftovers, ownedFolder, postmasterPid, quit } from './cluster-folders.js'
+import { freePort } from './embedded-postgres.js'
 
 const DEBIAN_ROOT = '/usr/lib/postgresql'
 const PROGRAMS = ['initdb', 'pg_ctl', 'postgres', 'pg_basebackup']
 const SUPERUSER = 'postgres'
-/** Each pair's temporary folder starts with this; it holds OWNER_FILE, `primary/` and `replica/`. */
+/** Each pair's temporary folder starts with this; it holds `primary/` and `replica/` (and names its owner: cluster-folders.ts). */
 const FOLDER_PREFIX = 'client-permissions-replication-'
-/** Who started the pair: processIdentity() of that process. */
-const OWNER_FILE = 'owner'
 /** How long a start, a stop or a wait for the replica may take before the caller is told why. */
 const BOUND_MS = 30_000
-/** How long the servers of a pair whose owner is gone get to stop (immediate shutdown) before their folder goes. */
-const LEFTOVER_BOUND_MS = 5_000
 
 /** Why there is no replicated PostgreSQL here, for a skip message. */
 export const NO_POSTGRES_SERVER = `Debian's PostgreSQL server is not installed (no ${DEBIAN_ROOT}/*/bin/postgres; apt-get install postgresql)`
@@ -105,9 +102,9 @@ export async function startReplicatedPostgres ({ onCreated, settings: given = {}
   const bin = postgresServerBin()
   if (!bin) throw new Error(NO_POSTGRES_SERVER)
   const owner = serverUser()
-  await endLeftovers()
-  const dir = await temporaryFolder(FOLDER_PREFIX, { inMemory: true })
-  await writeFile(join(dir, OWNER_FILE), processIdentity(process.pid) ?? '')
+  // The pairs of a test process killed with SIGKILL: pg_ctl's postmasters outlive it.
+  await endLeftovers(FOLDER_PREFIX, ['primary', 'replica'])
+  const dir = await ownedFolder(FOLDER_PREFIX, { inMemory: true })
   const password = randomBytes(18).toString('base64url')
   const node = (name: Node['name'], port: number): Node => ({
     name,
@@ -296,93 +293,5 @@ async function untilConnects (url: string): Promise<void> {
     } finally {
       await client.end().catch(() => {})
     }
-  }
-}
-
-/** The postmaster's PID, which heads postmaster.pid while it runs; undefined when it does not. */
-function postmasterPid (dataDir: string): number | undefined {
-  let pidFile: string
-  try {
-    pidFile = readFileSync(join(dataDir, 'postmaster.pid'), 'utf8')
-  } catch {
-    return undefined
-  }
-  const pid = Number(pidFile.split('\n')[0])
-  return Number.isInteger(pid) && pid > 0 ? pid : undefined
-}
-
-/**
- * Immediate shutdown by signal (synchronous, for an exit hook too): SIGQUIT to the postmaster,
- * whose PID heads postmaster.pid while it runs. A server already stopped has no such file.
- */
-function quit (dataDir: string): void {
-  const pid = postmasterPid(dataDir)
-  if (pid === undefined) return
-  try {
-    process.kill(pid, 'SIGQUIT')
-  } catch {
-    // Gone already.
-  }
-}
-
-/** The fields of /proc/PID/stat after "pid (comm) " (comm may hold spaces and parentheses); undefined when no such process. */
-function statFields (pid: number): string[] | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  } catch {
-    return undefined
-  }
-}
-
-/**
- * A process as an owner file names it: its PID and its start time (clock ticks since boot), since
- * a PID is reused once its process is gone. Undefined when no such process runs.
- */
-function processIdentity (pid: number): string | undefined {
-  const fields = statFields(pid)
-  return fields && `${pid} ${fields[19]}`
-}
-
-/** Whether the process runs: it exists and is not a zombie waiting to be reaped. */
-export function running (pid: number): boolean {
-  const state = statFields(pid)?.[0]
-  return state !== undefined && state !== 'Z'
-}
-
-/** A process's command line, its arguments joined by spaces; empty when it is gone. */
-function commandLineOf (pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ')
-  } catch {
-    return ''
-  }
-}
-
-/**
- * Ends the pairs whose owner is gone, and removes their folders. A process killed with SIGKILL (a
- * test runner's timeout) runs no exit hook, and a postmaster started by pg_ctl outlives it: two
- * servers and their folder were left for good. A folder whose owner file is not whole is left
- * alone: it may be a start in progress. A postmaster is signalled only while its command line
- * names its data folder, so a process that has since taken its PID is not. Best effort: servers that
- * do not stop within the bound are left with their folder, and the caller's own start goes on.
- */
-async function endLeftovers (): Promise<void> {
-  const folders: string[] = []
-  for (const root of await temporaryRoots()) {
-    folders.push(...(await readdir(root)).filter((name) => name.startsWith(FOLDER_PREFIX)).map((name) => join(root, name)))
-  }
-  for (const dir of folders) {
-    const owner = await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => '')
-    if (!/^\d+ \d+$/.test(owner) || processIdentity(Number(owner.split(' ')[0])) === owner) continue
-    const postmasters = ['primary', 'replica'].map((name) => join(dir, name)).flatMap((dataDir) => {
-      const pid = postmasterPid(dataDir)
-      return pid !== undefined && commandLineOf(pid).includes(dataDir) ? [{ dataDir, pid }] : []
-    })
-    for (const { dataDir } of postmasters) quit(dataDir)
-    const deadline = Date.now() + LEFTOVER_BOUND_MS
-    const stopped = () => !postmasters.some(({ pid }) => running(pid))
-    while (!stopped() && Date.now() < deadline) await sleep(50)
-    if (stopped()) await rm(dir, { recursive: true, force: true }).catch(() => {})
   }
 }

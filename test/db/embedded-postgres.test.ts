@@ -1,15 +1,19 @@
 // The leftover-postmaster rule of `npm start`, with real processes: a child of a live node process
-// is in use; once that parent is killed with SIGKILL, the child is an orphan. And where a test
-// run's throwaway clusters live: in RAM when there is room.
+// is in use; once that parent is killed with SIGKILL, the child is an orphan. Where a test run's
+// throwaway clusters live: in RAM when there is room. And the throwaway cluster of a process killed
+// with SIGKILL, ended by the next start.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { existsSync } from 'node:fs'
 import { rm, statfs } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { basename, dirname } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
-import { isOrphaned, temporaryFolder } from '../../db/embedded-postgres.js'
+import { postmasterPid, running, temporaryFolder } from '../../db/cluster-folders.js'
+import { isOrphaned, startThrowawayPostgres } from '../../db/embedded-postgres.js'
 import { testDatabaseUrl } from '../support/database.js'
+import { reportThenSigkill } from '../support/killed-fixture.js'
 
 t.test('a process whose node parent lives is in use; killed with SIGKILL, its child is orphaned', async (t) => {
   // A node process that starts a long sleep and reports its pid.
@@ -46,8 +50,33 @@ t.test('a test run\'s clusters are in RAM (/dev/shm) when it is a tmpfs with 2 G
   const { rows: [{ data_directory: dataDirectory }] } = await client.query('SHOW data_directory')
   await client.end()
   // A server given by TEST_DATABASE_URL lives where its owner put it.
-  if (!basename(dataDirectory).startsWith('client-permissions-pg-')) return
+  const folder = dirname(dataDirectory)
+  if (!basename(folder).startsWith('client-permissions-pg-')) return
   // Made at the run's start: in RAM, unless /dev/shm had less room then than it has far from the bound now.
-  if (expected !== undefined) t.equal(dirname(dataDirectory), expected, `the run's throwaway cluster: ${dataDirectory}`)
-  else t.ok(['/dev/shm', tmpdir()].includes(dirname(dataDirectory)), `the run's throwaway cluster: ${dataDirectory}`)
+  if (expected !== undefined) t.equal(dirname(folder), expected, `the run's throwaway cluster: ${dataDirectory}`)
+  else t.ok(['/dev/shm', tmpdir()].includes(dirname(folder)), `the run's throwaway cluster: ${dataDirectory}`)
+})
+
+t.test('a start ends the throwaway cluster of a process killed with SIGKILL, removes its folder, and leaves the clusters in use', async (t) => {
+  const { report: { dataDir }, killed } = await reportThenSigkill<{ dataDir: string }>('test/db/throwaway-leftover.fixture.ts')
+  const postmaster = postmasterPid(dataDir)!
+  // Should the sweep fail, this test ends the leftover itself.
+  t.teardown(async () => {
+    try { process.kill(postmaster, 'SIGQUIT') } catch {}
+    await rm(dirname(dataDir), { recursive: true, force: true })
+  })
+  t.ok(killed, 'the owner was alive until SIGKILL ended it')
+  t.ok(running(postmaster), 'its server outlived it')
+
+  const next = await startThrowawayPostgres({ inMemory: true })
+  t.teardown(next.stop)
+  t.notOk(running(postmaster), `postmaster ${postmaster} stopped`)
+  t.notOk(existsSync(dirname(dataDir)), `${dirname(dataDir)} removed`)
+  // This run's cluster and the new one, whose owners live, were left alone.
+  for (const url of [testDatabaseUrl(), next.url]) {
+    const client = new pg.Client({ connectionString: url })
+    await client.connect()
+    t.same((await client.query('SELECT 1 AS one')).rows, [{ one: 1 }], 'a cluster in use still answers')
+    await client.end()
+  }
 })

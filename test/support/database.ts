@@ -9,7 +9,8 @@ import { join } from 'node:path'
 import pg from 'pg'
 import type { Test } from 'tap'
 import { databaseUrlOf } from '../../db/databases.js'
-import { freePort, startEmbeddedPostgres, temporaryFolder } from '../../db/embedded-postgres.js'
+import { endLeftovers, ownedFolder } from '../../db/cluster-folders.js'
+import { freePort, startEmbeddedPostgres } from '../../db/embedded-postgres.js'
 import { projectRoot } from '../../src/project-root.js'
 import { atExit } from './at-exit.js'
 
@@ -104,9 +105,16 @@ export interface OwnPostgres {
   start: () => Promise<void>
 }
 
-/** A PostgreSQL server of the test's own, to stop and start again; removed when the test ends. */
+/** Each such server's folder starts with this; it holds the data folder `pg/` (and names its owner). */
+const OWN_PREFIX = 'client-permissions-own-pg-'
+
+/**
+ * A PostgreSQL server of the test's own, to stop and start again; removed when the test ends. The
+ * servers of a test process killed with SIGKILL (a test runner's timeout) are ended first.
+ */
 export async function ownPostgres (t: Test): Promise<OwnPostgres> {
-  const dir = await temporaryFolder('client-permissions-own-pg-', { inMemory: true })
+  await endLeftovers(OWN_PREFIX, ['pg'])
+  const dir = await ownedFolder(OWN_PREFIX, { inMemory: true })
   const options = { dataDir: join(dir, 'pg'), port: await freePort() }
   // At an exit without teardown (test/support/at-exit.ts): PostgreSQL's immediate shutdown, which writes
   // nothing more (SIGQUIT to the postmaster, whose PID heads postmaster.pid while it runs; a test may

@@ -2,16 +2,13 @@
 // replica follows the primary, a paused replay holds a received write back until it resumes, the
 // replica refuses writes, each server can be stopped and started again without the other, and a
 // start ends the servers that a process killed with SIGKILL left behind.
-import { spawn } from 'node:child_process'
-import { once } from 'node:events'
 import { existsSync, readlinkSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
-import { running } from '../../db/replicated-postgres.js'
-import { projectRoot } from '../../src/project-root.js'
-import { nodeArgsOf } from '../support/node-args.js'
+import { running } from '../../db/cluster-folders.js'
+import { reportThenSigkill } from '../support/killed-fixture.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 
 skipUnlessPostgresServer(t, 'the replication helper\'s test')
@@ -21,20 +18,10 @@ skipUnlessPostgresServer(t, 'the replication helper\'s test')
  * timeout kills a test file: no hook runs, and its servers (started by pg_ctl, not its children) stay.
  */
 async function pairLeftBySigkill (): Promise<{ postmasters: number[], folder: string, killed: boolean, survived: boolean }> {
-  const owner = spawn(process.execPath, nodeArgsOf('test/system/replication-leftover.fixture.ts'), { cwd: projectRoot, stdio: ['ignore', 'ignore', 'pipe'] })
-  let stderr = ''
-  owner.stderr.setEncoding('utf8').on('data', (chunk: string) => { stderr += chunk })
-  const exited = once(owner, 'exit')
-  while (!stderr.includes('\n')) {
-    if (await Promise.race([exited.then(() => true), once(owner.stderr, 'data').then(() => false)])) throw new Error(`the fixture ended early:\n${stderr}`)
-  }
-  const alive = owner.exitCode === null
-  const { postmasters } = JSON.parse(stderr.split('\n')[0]) as { postmasters: number[] }
+  const { report: { postmasters }, killed } = await reportThenSigkill<{ postmasters: number[] }>('test/system/replication-leftover.fixture.ts')
   // A postmaster's working folder is its data folder, in the pair's folder.
   const folder = dirname(readlinkSync(`/proc/${postmasters[0]}/cwd`))
-  owner.kill('SIGKILL')
-  const [, signal] = await exited
-  return { postmasters, folder, killed: alive && signal === 'SIGKILL', survived: postmasters.length === 2 && postmasters.every(running) }
+  return { postmasters, folder, killed, survived: postmasters.length === 2 && postmasters.every(running) }
 }
 
 const leftover = await pairLeftBySigkill()

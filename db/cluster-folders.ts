@@ -1,0 +1,141 @@
+// The folders of the PostgreSQL clusters that tests, plans and the bench make and throw away: where
+// they go (in RAM when there is room), the process that owns each, and the sweep that ends the
+// clusters of an owner killed with SIGKILL (a test runner's timeout). Such an owner runs no
+// teardown and no exit hook, and its postmasters outlive it, holding their RAM and ports for good.
+import { readFileSync } from 'node:fs'
+import { chmod, mkdtemp, readdir, readFile, rm, stat, statfs, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+// A folder in RAM for the clusters of a test run: on disk (ext4 here) the kernel creates, writes
+// and deletes the files of the ~170 databases a run copies and drops, and a run took about 40 s
+// more CPU (docs/testing.md). A run's clusters peak near 350 MB there; used only with room to
+// spare (Docker gives a container's /dev/shm 64 MB).
+const MEMORY_FOLDER = '/dev/shm'
+const TMPFS_MAGIC = 0x01021994
+const MEMORY_FOLDER_ROOM = 2 * 1024 ** 3
+
+/** Names the owner of a folder: processIdentity() of the process that made it. */
+const OWNER_FILE = 'owner'
+/** How long the servers of a folder whose owner is gone get to stop (immediate shutdown) before the folder goes. */
+const LEFTOVER_BOUND_MS = 5_000
+
+/** /dev/shm when it is a tmpfs with 2 GiB free, else undefined. */
+async function memoryFolder (): Promise<string | undefined> {
+  const fs = await statfs(MEMORY_FOLDER).catch(() => undefined)
+  if (fs === undefined || fs.type !== TMPFS_MAGIC || fs.bavail * fs.bsize < MEMORY_FOLDER_ROOM) return undefined
+  return MEMORY_FOLDER
+}
+
+/** Every folder a temporary folder of ours may be in, whatever room each has now: for sweeps. */
+export async function temporaryRoots (): Promise<string[]> {
+  const memory = await stat(MEMORY_FOLDER).then((found) => found.isDirectory(), () => false)
+  return [...new Set([...(memory ? [MEMORY_FOLDER] : []), tmpdir()])]
+}
+
+/**
+ * A new folder that the `postgres` user can enter, run as root: under the system's temporary
+ * folder, or in RAM when `inMemory` and there is room (for clusters thrown away after a test run).
+ */
+export async function temporaryFolder (prefix: string, { inMemory = false } = {}): Promise<string> {
+  const root = (inMemory ? await memoryFolder() : undefined) ?? tmpdir()
+  const dir = await mkdtemp(join(root, prefix))
+  await chmod(dir, 0o755)
+  return dir
+}
+
+/** A temporary folder (as temporaryFolder) that names this process as its owner, for endLeftovers(). */
+export async function ownedFolder (prefix: string, options: { inMemory?: boolean } = {}): Promise<string> {
+  const dir = await temporaryFolder(prefix, options)
+  await writeFile(join(dir, OWNER_FILE), processIdentity(process.pid) ?? '')
+  return dir
+}
+
+/**
+ * Ends the clusters in the owned folders of `prefix` whose owner is gone, and removes those
+ * folders; `dataDirs` names the clusters' data folders inside each. A folder whose owner file is
+ * not whole is left alone: it may be a start in progress. A postmaster is signalled only while its
+ * command line names its data folder, so a process that has since taken its PID is not. Best
+ * effort: servers that do not stop within the bound are left with their folder, and the caller's
+ * own start goes on.
+ */
+export async function endLeftovers (prefix: string, dataDirs: string[]): Promise<void> {
+  const folders: string[] = []
+  for (const root of await temporaryRoots()) {
+    folders.push(...(await readdir(root)).filter((name) => name.startsWith(prefix)).map((name) => join(root, name)))
+  }
+  for (const dir of folders) {
+    const owner = await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => '')
+    if (!/^\d+ \d+$/.test(owner) || processIdentity(Number(owner.split(' ')[0])) === owner) continue
+    const postmasters = dataDirs.map((name) => join(dir, name)).flatMap((dataDir) => {
+      const pid = postmasterPid(dataDir)
+      return pid !== undefined && commandLineOf(pid).includes(dataDir) ? [{ dataDir, pid }] : []
+    })
+    for (const { dataDir } of postmasters) quit(dataDir)
+    const deadline = Date.now() + LEFTOVER_BOUND_MS
+    const stopped = () => !postmasters.some(({ pid }) => running(pid))
+    while (!stopped() && Date.now() < deadline) await sleep(50)
+    if (stopped()) await rm(dir, { recursive: true, force: true }).catch(() => {})
+  }
+}
+
+/** The postmaster's PID, which heads postmaster.pid while it runs; undefined when it does not. */
+export function postmasterPid (dataDir: string): number | undefined {
+  let pidFile: string
+  try {
+    pidFile = readFileSync(join(dataDir, 'postmaster.pid'), 'utf8')
+  } catch {
+    return undefined
+  }
+  const pid = Number(pidFile.split('\n')[0])
+  return Number.isInteger(pid) && pid > 0 ? pid : undefined
+}
+
+/**
+ * Immediate shutdown by signal (synchronous, for an exit hook too): SIGQUIT to the postmaster,
+ * whose PID heads postmaster.pid while it runs. A server already stopped has no such file.
+ */
+export function quit (dataDir: string): void {
+  const pid = postmasterPid(dataDir)
+  if (pid === undefined) return
+  try {
+    process.kill(pid, 'SIGQUIT')
+  } catch {
+    // Gone already.
+  }
+}
+
+/** Whether the process runs: it exists and is not a zombie waiting to be reaped. */
+export function running (pid: number): boolean {
+  const state = statFields(pid)?.[0]
+  return state !== undefined && state !== 'Z'
+}
+
+/** The fields of /proc/PID/stat after "pid (comm) " (comm may hold spaces and parentheses); undefined when no such process. */
+function statFields (pid: number): string[] | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * A process as an owner file names it: its PID and its start time (clock ticks since boot), since
+ * a PID is reused once its process is gone. Undefined when no such process runs.
+ */
+function processIdentity (pid: number): string | undefined {
+  const fields = statFields(pid)
+  return fields && `${pid} ${fields[19]}`
+}
+
+/** A process's command line, its arguments joined by spaces; empty when it is gone. */
+function commandLineOf (pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ')
+  } catch {
+    return ''
+  }
+}
