@@ -65,7 +65,8 @@ export default async function problemPages (fastify: FastifyInstance) {
     if (wantsJson(request)) {
       const { title, status, when, whatToDo } = problemType
       const body: ProblemTypeBody = { type, title, status, when, what_to_do: whatToDo }
-      return reply.type('application/json; charset=utf-8').send(body)
+      // An object: Fastify sends it as application/json; charset=utf-8.
+      return reply.send(body)
     }
     return reply.type('text/html; charset=utf-8').header('content-security-policy', CONTENT_SECURITY_POLICY)
       .header('x-content-type-options', 'nosniff').send(page(type, problemType))

@@ -15,6 +15,12 @@ const entries = Object.entries(problemTypes)
 // HTML's void elements: the only ones that are not closed.
 const VOID = new Set(['meta', 'br', 'hr', 'img', 'link', 'input'])
 
+/** The text of the paragraph after the page's heading `h2`, its <code> as backticks again and its characters unescaped. */
+function paragraphAfter (html: string, h2: string): string | undefined {
+  const paragraph = new RegExp(`<h2>${h2}</h2>\n<p>(.*)</p>`).exec(html)?.[1]
+  return paragraph?.replace(/<\/?code>/g, '`').replace(/&#(\d+);/g, (_, code: string) => String.fromCharCode(Number(code)))
+}
+
 /** What is wrong with the page's markup, if anything: every element closed, in order. */
 function markupErrors (html: string): string[] {
   const errors: string[] = []
@@ -31,20 +37,23 @@ function markupErrors (html: string): string[] {
 
 t.test('every type of the catalogue opens, without a token: 200, a small self-contained HTML page with its title, status, when and what to do', async (t) => {
   t.ok(entries.length >= 16)
-  for (const [name, { title, status }] of entries) {
+  for (const [name, { title, status, when, whatToDo }] of entries) {
     const res = await harness.request(`/problems/${name}`)
     t.equal(res.status, 200, name)
     t.equal(res.headers.get('content-type'), 'text/html; charset=utf-8', name)
     t.equal(res.headers.get('vary'), 'Accept', name)
+    t.equal(res.headers.get('cache-control'), 'public, max-age=3600', `${name}: cached for an hour, by anyone`)
     const html = res.text
     t.match(html, /^<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">/, `${name}: doctype, language and charset first`)
     t.same(markupErrors(html), [], `${name}: well-formed`)
     t.equal(html.match(/<title>/g)?.length, 1, `${name}: one title`)
+    t.match(html, `<title>${title} (${status}) - Client Permissions Service</title>`, `${name}: the title names the problem and the service`)
     t.match(html, `<h1>${title}</h1>`, name)
     t.match(html, new RegExp(`HTTP ${status} [A-Z]`), name)
     t.match(html, `<code>/problems/${name}</code>`, name)
-    t.match(html, /<h2>When it happens<\/h2>\n<p>[^<]/, name)
-    t.match(html, /<h2>What to do<\/h2>\n<p>[^<]/, name)
+    // The catalogue's texts, the first as a sentence: capitalised, with its full stop.
+    t.equal(paragraphAfter(html, 'When it happens'), `${when[0].toUpperCase()}${when.slice(1)}.`, `${name}: when it happens`)
+    t.equal(paragraphAfter(html, 'What to do'), whatToDo, `${name}: what to do`)
     // Nothing to fetch and nothing to run: no script, no external style, image or font, no URL with a host.
     t.notMatch(html, /<script|<link|<img|<iframe|src=|url\(|@import|\/\/[a-z]/i, `${name}: self-contained`)
     t.ok(Buffer.byteLength(html) < 8 * 1024, `${name}: small (${Buffer.byteLength(html)} bytes)`)
@@ -55,6 +64,9 @@ t.test('the page\'s policy lets its own style apply and nothing else: the style\
   const res = await harness.request('/problems/overloaded')
   const policy = res.headers.get('content-security-policy') ?? ''
   const style = /<style>([^<]*)<\/style>/.exec(res.text)![1]
+  // A readable column of text, and code set apart from it.
+  t.match(style, /(^|\})body\{[^}]*max-width:[^}]+\}/)
+  t.match(style, /(^|\})code\{[^}]*monospace[^}]*\}/)
   t.match(policy, `style-src 'sha256-${createHash('sha256').update(style).digest('base64')}'`)
   t.match(policy, /(^|; )default-src 'none'(;|$)/)
   t.match(policy, /(^|; )frame-ancestors 'none'(;|$)/)
