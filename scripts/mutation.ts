@@ -111,7 +111,8 @@ const areas: Area[] = [
     // own, which the mutant a run switches on does not reach.
     name: 'feed',
     mutate: ['src/feed-hub.ts', 'src/feed-events.ts', 'plugins/feed.ts', 'db/change-listener.ts'],
-    testFiles: ['test/routes/feed-stream.test.ts', 'test/routes/feed.test.ts']
+    // The hub on its own first: under a second, against a real database.
+    testFiles: ['test/src/feed-hub.test.ts', 'test/routes/feed-stream.test.ts', 'test/routes/feed.test.ts']
   }
 ]
 

@@ -6,6 +6,8 @@
 // `after`, and the shared reader reads from `#after`, which is never above any live subscriber's.
 // So a change read once reaches every live subscriber exactly once, and none is skipped. What is
 // final comes from the table alone (db/queries/feed.ts: the horizon); notifications only wake it.
+// A subscriber whose cursor a prune has passed (changes it was not given are gone) is given nothing
+// more: it ends, and its consumer, resuming, is told so (410 changes-pruned).
 import type { FeedChange, FeedInput, FeedPage } from '../db/queries/feed.js'
 
 /** A change encoded once, for every subscriber it goes to. */
@@ -24,6 +26,8 @@ export interface FeedSubscriber {
   write: (changes: readonly EncodedChange[], live: boolean) => void
   /** Resolves when the consumer has room for more (or the subscriber closed). */
   room: () => Promise<void>
+  /** Changes after its cursor, through `prunedThrough`, were pruned before it was given them: it closes. */
+  missed: (prunedThrough: bigint) => void
 }
 
 export interface FeedHubOptions {
@@ -39,6 +43,7 @@ export interface FeedHubOptions {
 }
 
 const after = (id: bigint) => id < 0n ? undefined : String(id)
+const prunedThrough = (page: FeedPage) => page.prunedThrough === undefined ? undefined : BigInt(page.prunedThrough)
 
 export class FeedHub {
   readonly #options: FeedHubOptions
@@ -67,7 +72,7 @@ export class FeedHub {
    */
   async follow (subscriber: FeedSubscriber, page: FeedPage): Promise<void> {
     for (;;) {
-      this.#deliver(subscriber, this.#encode(page.changes), this.#readThrough(page), false)
+      this.#deliver(subscriber, this.#encode(page.changes), this.#readThrough(page), false, prunedThrough(page))
       if (subscriber.closed) return
       // Live writes wait for nobody: a consumer joins them only once it has taken what it was given.
       await subscriber.room()
@@ -129,8 +134,9 @@ export class FeedHub {
         }
         const through = this.#readThrough(page)
         const changes = this.#encode(page.changes)
+        const pruned = prunedThrough(page)
         for (const subscriber of this.#live) {
-          this.#deliver(subscriber, changes, through, true)
+          this.#deliver(subscriber, changes, through, true, pruned)
           if (subscriber.closed) this.#live.delete(subscriber)
         }
         if (this.#live.size === 0) {
@@ -168,8 +174,15 @@ export class FeedHub {
     return page.changes.length === this.#options.pageSize ? BigInt(page.changes.at(-1)!.id) : BigInt(page.horizon) - 1n
   }
 
-  #deliver (subscriber: FeedSubscriber, changes: readonly EncodedChange[], through: bigint, live: boolean): void {
+  #deliver (subscriber: FeedSubscriber, changes: readonly EncodedChange[], through: bigint, live: boolean, pruned: bigint | undefined): void {
     const { after: cursor, resourceId } = subscriber
+    // Its cursor passed by a prune while it waited to catch up, or before the shared reader read a
+    // change written with an old time: the page starts after changes it will never be given. (No
+    // cursor yet: its first page is the oldest kept, whatever was pruned before.)
+    if (pruned !== undefined && cursor >= 0n && cursor < pruned) {
+      subscriber.missed(pruned)
+      return
+    }
     const due = changes.filter((change) => change.id > cursor && (resourceId === undefined || change.resourceId === resourceId))
     if (due.length > 0) subscriber.write(due, live)
     if (through > subscriber.after) subscriber.after = through

@@ -1,6 +1,6 @@
 // The change feed streamed (GET /permission_changes, Accept: text/event-stream) over real sockets:
 // what a stream carries and from where, live changes, heartbeats, a consumer too slow, the limit on
-// streams, shutdown, a pruned cursor, and the two things that hold a stream up without breaking it
+// streams, shutdown, a pruned cursor (and a stream whose next changes are pruned), and the two things that hold a stream up without breaking it
 // (its LISTEN connection lost, a transaction left open). The PostgreSQL cluster is shared with the
 // test files running beside this one, and a transaction open in any of its databases holds the feed
 // back: waits have generous deadlines, and nothing here asserts how soon a change arrives.
@@ -293,6 +293,43 @@ t.test('a cursor below the prune mark → 410 changes-pruned as problem+json, no
     await s.until('the change kept', () => s.events.length === 1)
     t.same(ids(s.events), [kept.id], query || 'no cursor: from the oldest kept')
   }
+})
+
+t.test('catching up, a consumer that reads nothing for a while gathers no listeners; changes pruned before it got them end its stream, and resuming answers 410', async (t) => {
+  const warnings: Error[] = []
+  const onWarning = (warning: Error) => { warnings.push(warning) }
+  process.on('warning', onWarning)
+  t.teardown(() => { process.off('warning', onWarning) })
+  const logs = captureLogs()
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  await harness.seed(ordersFixture())
+  // About 10 MB of changes recorded 40 days ago (~2.1 KB each): more than loopback's socket buffers
+  // take for a consumer that reads nothing (about 4 MB), so its stream waits for room, page by page.
+  const { rows } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+    SELECT now() - interval '40 days', 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'old-' || n
+    FROM generate_series(1, 10 * $1::int) AS n RETURNING id`, [FEED_PAGE_SIZE])
+  const old = rows.map(({ id }) => id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
+  await change(harness, 'DELETE', ['p_read_orders'])
+
+  const slow = await stream(t, harness, '', { paused: true })
+  // More than ten of the stream's checks for room (one each 100 ms): before, each left two
+  // listeners on the response, and the eleventh 'drain' listener drew Node's warning.
+  await sleep(1_500)
+  t.same(warnings.filter(({ name }) => name === 'MaxListenersExceededWarning').map(String), [], 'no listener left behind while it waits')
+
+  t.equal(await pruneChanges(harness.db, 30), old.length, 'the old changes pruned while it waits')
+  slow.resume()
+  await slow.until('its stream over', () => slow.outcome !== undefined, 30_000)
+  t.equal(slow.outcome, 'end', 'its stream ends, cleanly')
+  const got = ids(slow.events)
+  t.ok(got.length > 0 && got.length < old.length, `it got ${got.length} of the ${old.length} old changes`)
+  t.same(got, old.slice(0, got.length), 'those from the start, in order: nothing after the gap')
+  t.ok(logs.lines.some((line) => /^change feed: changes the stream had yet to send were pruned/.test(String(line.msg)) && line.prunedThrough === old.at(-1)), 'logged')
+
+  const resumed = await stream(t, harness, '', { headers: { 'last-event-id': got.at(-1)! } })
+  t.equal(resumed.status, 410, 'resuming from its last event: the changes after it are gone')
+  t.match(JSON.parse(resumed.text()), { type: '/problems/changes-pruned', pruned_through: old.at(-1) })
+  await until('no stream counted', () => harness.app.feed.streams === 0)
 })
 
 t.test('HEAD with Accept: text/event-stream answers without starting a stream', async (t) => {

@@ -37,7 +37,8 @@ class EventStream implements FeedSubscriber, OpenStream {
     after: string | undefined,
     private readonly response: ServerResponse,
     private readonly bufferBytes: number,
-    private readonly onTooSlow: () => void
+    private readonly onTooSlow: () => void,
+    private readonly onPruned: (prunedThrough: bigint) => void
   ) {
     this.after = after === undefined ? -1n : BigInt(after)
     this.#closed = new Promise((resolve) => { this.#markClosed = resolve })
@@ -72,8 +73,15 @@ class EventStream implements FeedSubscriber, OpenStream {
   /** Resolves once the consumer has taken at least half of what waits for it, or the stream closed. */
   async room (): Promise<void> {
     while (!this.closed && this.waiting > this.bufferBytes / 2) {
-      // 'drain' comes only after a write the socket refused; the timer covers bytes it took.
-      await Promise.race([once(this.response, 'drain'), this.#closed, sleep(ROOM_CHECK_MS)])
+      // 'drain' comes only after a write the socket refused; the timer covers bytes it took. The
+      // waits that lost the race are dropped: a consumer that takes nothing for minutes would
+      // otherwise gather two listeners on its response every check.
+      const lost = new AbortController()
+      try {
+        await Promise.race([once(this.response, 'drain', { signal: lost.signal }), this.#closed, sleep(ROOM_CHECK_MS, undefined, { signal: lost.signal })])
+      } finally {
+        lost.abort()
+      }
     }
   }
 
@@ -106,6 +114,12 @@ class EventStream implements FeedSubscriber, OpenStream {
     return true
   }
 
+  // The consumer resumes with Last-Event-ID, below the mark, and is answered 410 changes-pruned.
+  missed (prunedThrough: bigint): void {
+    this.onPruned(prunedThrough)
+    this.end()
+  }
+
   closedByPeer (): void {
     this.#close()
   }
@@ -124,6 +138,10 @@ export async function streamFeed (fastify: FastifyInstance, request: FastifyRequ
     () => {
       feed.tooSlow()
       request.log.info({ after: String(stream.after), bufferBytes: config.FEED_STREAM_BUFFER_BYTES }, 'change feed: consumer too slow, disconnected')
+    },
+    (prunedThrough) => {
+      request.log.info({ after: String(stream.after), prunedThrough: String(prunedThrough) },
+        'change feed: changes the stream had yet to send were pruned; ended (resuming, the consumer gets 410)')
     })
   feed.admit(stream)
   // Before anything is awaited: a consumer gone during the first read is counted out too. One
