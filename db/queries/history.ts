@@ -30,13 +30,23 @@ export interface ChangeHistoryPage extends Target {
   more: boolean
   /** The WAL position of the state read, when asked for (StatementOptions.position). */
   position?: string
+  /**
+   * With the position, and `before`: whether the change `before` names is in the state read. One
+   * authorization's changes commit in id order (db/queries/change.ts), so a state that has it has
+   * every change of that authorization before it; a replica's that lacks it may skip some.
+   */
+  cursorSeen?: boolean
 }
+
+// With the position (a read that may be on a replica), whether the state read has the change `before` names.
+const withPosition = `, ${positionColumn},
+      ($4::bigint IS NULL OR EXISTS (SELECT 1 FROM permission_changes WHERE id = $4::bigint)) AS cursor_seen`
 
 /** One page of a client's change history on a resource, newest first; $3 limit, $4 before (or NULL). */
 export const changeHistorySql = (position = false) => `
   WITH target AS (
     SELECT ${targetColumns},
-      EXISTS (SELECT 1 FROM permission_changes WHERE resource_id = $1 AND client_id = $2) AS has_history${position ? ', ' + positionColumn : ''}
+      EXISTS (SELECT 1 FROM permission_changes WHERE resource_id = $1 AND client_id = $2) AS has_history${position ? withPosition : ''}
   )
   SELECT target.*, c.id, c.at, c.action, c.permission_ids, c.actor_sub, c.actor_client_id, c.request_id
   FROM target
@@ -62,6 +72,7 @@ export async function listPermissionChanges (db: Queryable, input: ChangeHistory
     actor_client_id: string | null,
     request_id: string
     position?: string
+    cursor_seen?: boolean
   }>(options.position === true
     // Stryker disable next-line StringLiteral: an empty name is PostgreSQL's unnamed statement, parsed on each use: the same rows
     ? statement('change history+position', changeHistoryWithPosition, [input.resourceId, input.clientId, input.limit, input.before ?? null], options)
@@ -79,7 +90,14 @@ export async function listPermissionChanges (db: Queryable, input: ChangeHistory
     })
   }
   const more = changes.length > input.limit
-  return { ...targetOf(rows[0]), hasHistory: rows[0].has_history, changes: changes.slice(0, input.limit), more, position: rows[0].position }
+  return {
+    ...targetOf(rows[0]),
+    hasHistory: rows[0].has_history,
+    changes: changes.slice(0, input.limit),
+    more,
+    position: rows[0].position,
+    ...(rows[0].cursor_seen === undefined ? {} : { cursorSeen: rows[0].cursor_seen })
+  }
 }
 
 // What a prune may delete ($1 days): the first changes of the feed (migration 0007), every one before

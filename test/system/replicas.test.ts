@@ -146,6 +146,42 @@ t.test('replay paused: with the DELETE\'s token the removed grant is gone (the p
   t.equal(now['fallback:behind_version'], mark['fallback:behind_version'], 'not sent to the primary')
 })
 
+t.test('the history\'s next page from a replica behind the page before: the primary answers it, so no change between is skipped', async (t) => {
+  const history = historyPath('app-b')
+  for (const method of ['POST', 'DELETE']) t.equal((await call(relaxed, method, ordersPath('app-b'), {}, ['p_read_orders'])).status, 204)
+  await cluster.waitForReplay()
+  await cluster.pauseReplay()
+  t.teardown(() => cluster.resumeReplay())
+  let consistency = ''
+  for (const method of ['POST', 'DELETE', 'POST']) {
+    const changed = await call(relaxed, method, ordersPath('app-b'), {}, ['p_read_invoices'])
+    t.equal(changed.status, 204)
+    consistency = changed.headers.get('consistency-token')!
+  }
+  await cluster.waitForReceive()
+  const all = ids(await call(relaxed, 'GET', `${history}?limit=10`, { 'consistency-token': consistency }))
+  t.equal(all.length, 5, 'two changes replicated, three not yet replayed')
+
+  // The first page with the last change's token (the primary), the next as its Link says, without.
+  const first = await call(relaxed, 'GET', `${history}?limit=2`, { 'consistency-token': consistency })
+  t.same(ids(first), all.slice(0, 2))
+  const next = new URL(/^<([^>]+)>; rel="next"$/.exec(first.headers.get('link')!)![1])
+  const before = await readCounts(relaxed)
+  const second = await call(relaxed, 'GET', next.pathname + next.search)
+  t.same(ids(second), all.slice(2, 4), 'the page right after the first: the change between is not skipped')
+  const after = await readCounts(relaxed)
+  t.equal(after['fallback:behind_version'] - before['fallback:behind_version'], 1, 'the paused replica lacks the change the cursor names: sent to the primary')
+
+  // Caught up, the replica has it and answers the same page itself.
+  await cluster.resumeReplay()
+  await cluster.waitForReplay()
+  await until('the caught-up replica answers the next page', async () => {
+    const mark = (await readCounts(relaxed))['read:replica-1']
+    t.same(ids(await call(relaxed, 'GET', next.pathname + next.search)), all.slice(2, 4))
+    return (await readCounts(relaxed))['read:replica-1'] > mark
+  })
+})
+
 t.test('the replica stopped: reads go to the primary, no 5xx, one warning; started again, it takes reads and says so', async (t) => {
   const downLines = () => relaxed.logs.lines.filter((line) => line.msg === 'database replica down: its reads go elsewhere').length
   // Counted from here: on a loaded machine a slow probe may have taken the replica out before.

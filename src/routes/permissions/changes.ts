@@ -19,8 +19,10 @@ export default async function permissionChanges (fastify: FastifyInstance) {
   }>(url, { schema, config }, async (request, reply) => {
     const { resource_id: resourceId, client_id: clientId } = request.params
     const { limit, before } = request.query
+    // The next page (its `before`, from the last page's Link) only from a state that has the change
+    // it names: a replica further behind than the page before would skip the changes between.
     const page = await fastify.queries.listPermissionChanges({ resourceId, clientId, limit, ...(before ? { before } : {}) },
-      { after: consistencyTokenOf(request) })
+      { after: consistencyTokenOf(request), satisfied: ({ cursorSeen }) => cursorSeen !== false })
     sendConsistencyToken(reply, page.position)
     // The history outlives what it describes: with changes recorded, it is shown even when the
     // authorization, the client or the resource is gone; without, the list's 404s, in its order.
