@@ -106,13 +106,15 @@ const areas: Area[] = [
       'test/system/replicas.test.ts', 'test/http/model.test.ts']
   },
   {
-    // The change feed's stream: the hub that fans a change out, the events it sends, the plugin
-    // and the LISTEN connection. Not test/system/feed-order.test.ts: its service is a process of its
-    // own, which the mutant a run switches on does not reach.
+    // The change feed: the hub that fans a change out, the events it sends, the plugin, the LISTEN
+    // connection, and the route's stream and poll. Not test/system/feed-order.test.ts: its service
+    // is a process of its own, which the mutant a run switches on does not reach.
     name: 'feed',
-    mutate: ['src/feed-hub.ts', 'src/feed-events.ts', 'plugins/feed.ts', 'db/change-listener.ts'],
+    mutate: ['src/feed-hub.ts', 'src/feed-events.ts', 'plugins/feed.ts', 'db/change-listener.ts', 'src/routes/feed/**/*.ts'],
     // The hub on its own first: under a second, against a real database.
-    testFiles: ['test/src/feed-hub.test.ts', 'test/routes/feed-stream.test.ts', 'test/routes/feed.test.ts']
+    testFiles: ['test/src/feed-hub.test.ts', 'test/routes/feed-stream.test.ts', 'test/routes/feed.test.ts'],
+    // The stream's tests mostly wait (heartbeats, a transaction held open, a paused consumer).
+    concurrency: 6
   }
 ]
 

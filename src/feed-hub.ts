@@ -42,7 +42,8 @@ export interface FeedHubOptions {
   onError: (error: unknown) => void
 }
 
-const after = (id: bigint) => id < 0n ? undefined : String(id)
+// A cursor as the read takes it; -1n (nothing given yet) reads from the oldest kept: every id is above it.
+const after = (id: bigint) => String(id)
 const prunedThrough = (page: FeedPage) => page.prunedThrough === undefined ? undefined : BigInt(page.prunedThrough)
 
 export class FeedHub {
@@ -51,6 +52,7 @@ export class FeedHub {
   /** Where the shared reader reads from; undefined while nobody is live. */
   #after: bigint | undefined
   #reading = false
+  // Stryker disable next-line BooleanLiteral: read only after #readLoop has set it
   #again = false
   #retryMs: number
   #retry: NodeJS.Timeout | undefined
@@ -143,7 +145,8 @@ export class FeedHub {
           this.#after = undefined
           return
         }
-        if (through > this.#after) this.#after = through
+        // Never back: the horizon only rises, and a full page ends past where it began.
+        this.#after = through
         if (page.changes.length === this.#options.pageSize) this.#again = true
         else if (page.heldBack) this.#retryLater()
         else this.#retryMs = this.#options.heldBackRetryMs
@@ -179,6 +182,7 @@ export class FeedHub {
     // Its cursor passed by a prune while it waited to catch up, or before the shared reader read a
     // change written with an old time: the page starts after changes it will never be given. (No
     // cursor yet: its first page is the oldest kept, whatever was pruned before.)
+    // Stryker disable next-line EqualityOperator: no cursor is 0 past a stream's first page, checked by the route (ids are transaction ids × 65536)
     if (pruned !== undefined && cursor >= 0n && cursor < pruned) {
       subscriber.missed(pruned)
       return

@@ -2,8 +2,9 @@
 // test holds back: a subscriber whose cursor a prune passes before it was given the changes there
 // is ended, not moved on past them, whether it was catching up or live.
 import pg from 'pg'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import { readFeed } from '../../db/queries/feed.js'
+import { type FeedInput, readFeed } from '../../db/queries/feed.js'
 import { pruneChanges } from '../../db/queries/history.js'
 import { seedDatabase } from '../../db/seed.js'
 import { FeedHub, type FeedSubscriber } from '../../src/feed-hub.js'
@@ -13,17 +14,31 @@ import { until } from '../support/waiting.js'
 
 const PAGE_SIZE = 2
 
-/** A consumer whose room for more the test gives: what it was given, and the mark it was told it missed. */
-function consumer () {
+/**
+ * A consumer whose room for more the test gives: what it was given (each write, live or catching
+ * up), how often it was asked for room, the mark it was told it missed; `closeAfterWrites` closes
+ * it once it has had that many writes (as a stream cut or gone).
+ */
+function consumer ({ closeAfterWrites = Infinity } = {}) {
   let open = () => {}
   let room = Promise.resolve()
   const given: string[] = []
-  const seen: { missed?: bigint } = {}
+  const writes: Array<{ ids: string[], live: boolean }> = []
+  const seen: { missed?: bigint, rooms: number, writesAfterClose: number } = { rooms: 0, writesAfterClose: 0 }
   const subscriber: FeedSubscriber & { closed: boolean } = {
     after: -1n,
     closed: false,
-    write: (changes) => { given.push(...changes.map(({ id }) => String(id))) },
-    room: () => room,
+    write: (changes, live) => {
+      if (subscriber.closed) seen.writesAfterClose++
+      const ids = changes.map(({ id }) => String(id))
+      writes.push({ ids, live })
+      given.push(...ids)
+      if (writes.length >= closeAfterWrites) subscriber.closed = true
+    },
+    room: () => {
+      seen.rooms++
+      return room
+    },
     missed: (prunedThrough) => {
       seen.missed = prunedThrough
       subscriber.closed = true
@@ -32,26 +47,39 @@ function consumer () {
   return {
     subscriber,
     given,
+    writes,
     seen,
     hold: () => { room = new Promise((resolve) => { open = resolve }) },
     release: () => open()
   }
 }
 
-async function setUp (t: Test) {
+interface HubSettings {
+  pollMs?: number
+  /** Reads that fail before the real ones (a database gone for a moment). */
+  failingReads?: number
+}
+
+async function setUp (t: Test, { pollMs = 60_000, failingReads = 0 }: HubSettings = {}) {
   const { url, drop } = await newDatabase({ migrated: true })
   const pool = new pg.Pool({ connectionString: url, max: 3 })
   // pool.end() resolves once it has let its connections go, not once they are closed: one still
   // closing when the database is dropped (WITH FORCE) hears 57P01 from the server.
   pool.on('error', () => {})
   let closed = false
+  const errors: unknown[] = []
+  const reads: FeedInput[] = []
   const hub = new FeedHub({
-    read: (input) => readFeed(pool, input, { prepared: false }),
+    read: async (input) => {
+      reads.push(input)
+      if (failingReads-- > 0) throw new Error('the database is gone for a moment')
+      return readFeed(pool, input, { prepared: false })
+    },
     encode: (change) => Buffer.from(change.entry),
     pageSize: PAGE_SIZE,
     heldBackRetryMs: 20,
-    pollMs: 60_000,
-    onError: (error) => { if (!closed) t.error(error) }
+    pollMs,
+    onError: (error) => { if (!closed) errors.push(error) }
   })
   // The hub first: a read it still has under way ends with the pool, before the database goes.
   t.teardown(async () => {
@@ -69,7 +97,7 @@ async function setUp (t: Test) {
     return rows.map(({ id }) => id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
   }
   const firstPage = () => readFeed(pool, { limit: PAGE_SIZE }, { prepared: false })
-  return { pool, hub, record, firstPage }
+  return { pool, hub, record, firstPage, errors, reads }
 }
 
 t.test('catching up: a prune that passes the cursor while the consumer is slow ends it, after what it was given; nothing past the gap', async (t) => {
@@ -122,4 +150,121 @@ t.test('without a prune in between, a slow consumer catching up gets every chang
   await following
   t.same(c.given, recorded)
   t.equal(c.seen.missed, undefined)
+})
+
+t.test('catching up, page by page, none of them live; then live: a full page is read on at once, in pages, never an empty write', async (t) => {
+  const { hub, record, firstPage, errors } = await setUp(t)
+  const recorded = await record(5, 0)
+  const c = consumer()
+  await hub.follow(c.subscriber, await firstPage())
+  t.same(c.given, recorded)
+  t.same(c.writes.map(({ ids, live }) => [ids.length, live]), [[2, false], [2, false], [1, false]], 'caught up by its own reads')
+  t.equal(c.seen.rooms, 3, 'asked for room after each')
+
+  // Five more, one wake (no poll, no notification): the shared reader reads on while its pages are full.
+  const more = await record(5, 0)
+  hub.wake()
+  await until('the five more given', () => c.given.length === 10)
+  t.same(c.given, [...recorded, ...more])
+  t.same(c.writes.slice(3).map(({ ids, live }) => [ids.length, live]), [[2, true], [2, true], [1, true]], 'live, a page at a time')
+  t.ok(c.writes.every(({ ids }) => ids.length > 0), 'no empty write')
+  t.same(errors, [])
+})
+
+t.test('a subscriber ahead of the shared reader gets none of its changes twice; one that left gets nothing more', async (t) => {
+  const { hub, record, firstPage, errors } = await setUp(t)
+  const first = consumer()
+  await hub.follow(first.subscriber, await firstPage())
+  const [x] = await record(1, 0)
+  // The second starts after x is recorded: its first page has x, and it joins ahead of the reader.
+  const second = consumer()
+  await hub.follow(second.subscriber, await firstPage())
+  t.same(second.given, [x])
+  const third = consumer()
+  await hub.follow(third.subscriber, await firstPage())
+  hub.unfollow(third.subscriber)
+  const [y] = await record(1, 0)
+  hub.wake()
+  await until('y given to the first two', () => first.given.includes(y) && second.given.includes(y))
+  t.same(first.given, [x, y])
+  t.same(second.given, [x, y], 'x once')
+  t.same(third.given, [x], 'the one that left: nothing after it left')
+  t.same(errors, [])
+})
+
+t.test('a subscriber closed while it is given changes, asked for room or read for is given nothing more', async (t) => {
+  const { hub, record, firstPage, errors } = await setUp(t)
+  await record(6, 0)
+  // Closed by its first write: not asked for room, no more reads for it.
+  const cut = consumer({ closeAfterWrites: 1 })
+  await hub.follow(cut.subscriber, await firstPage())
+  t.equal(cut.seen.rooms, 0, 'closed by a write: not asked for room')
+  t.equal(cut.writes.length, 1)
+  // Closed while it waits for room.
+  const gone = consumer()
+  gone.hold()
+  const following = hub.follow(gone.subscriber, await firstPage())
+  await until('its first page given', () => gone.writes.length === 1)
+  gone.subscriber.closed = true
+  gone.release()
+  await following
+  t.equal(gone.writes.length, 1, 'closed while waiting for room: given nothing more')
+  // Closed while its next page is read.
+  const late = consumer()
+  late.subscriber.room = () => {
+    setImmediate(() => { late.subscriber.closed = true })
+    return Promise.resolve()
+  }
+  await hub.follow(late.subscriber, await firstPage())
+  t.equal(late.writes.length, 1, 'closed during the read: its page is not given')
+  // Live, closed by a write (cut as too slow): left out of the next pages. Three writes catch it up.
+  const live = consumer({ closeAfterWrites: 4 })
+  await hub.follow(live.subscriber, await firstPage())
+  await record(1, 0)
+  hub.wake()
+  await until('its live write', () => live.writes.length === 4)
+  t.ok(live.writes[3].live)
+  await record(1, 0)
+  hub.wake()
+  await sleep(100)
+  t.equal(live.seen.writesAfterClose, 0, 'a live subscriber that closed is written to no more')
+  t.same(errors, [])
+})
+
+t.test('nobody live: a wake reads nothing; a read that fails is reported and tried again; changes held back behind an open transaction come once it commits, unprompted', async (t) => {
+  const { pool, hub, record, firstPage, errors, reads } = await setUp(t, { failingReads: 1 })
+  hub.wake()
+  await sleep(50)
+  t.same(reads, [], 'no read with nobody to read for')
+  const c = consumer()
+  const page = await firstPage()
+  await hub.follow(c.subscriber, page)
+  const [x] = await record(1, 0)
+  hub.wake()
+  await until('x given after the failed read', () => c.given.includes(x))
+  t.equal(errors.length, 1, 'the failure reported once')
+
+  // A transaction left open holds back the change committed after it; no wake comes when it ends.
+  const held = await pool.connect()
+  try {
+    await held.query('BEGIN')
+    await held.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+      VALUES ('orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'held')`)
+    const [after] = await record(1, 0)
+    hub.wake()
+    await sleep(100)
+    t.notOk(c.given.includes(after), 'held back')
+    await held.query('COMMIT')
+    await until('both given once the transaction ends', () => c.given.length === 3)
+  } finally {
+    held.release()
+  }
+})
+
+t.test('the poll reads while anyone is live, whatever wakes it or not', async (t) => {
+  const { hub, record, firstPage } = await setUp(t, { pollMs: 50 })
+  const c = consumer()
+  await hub.follow(c.subscriber, await firstPage())
+  const [x] = await record(1, 0)
+  await until('x given by the poll alone', () => c.given.includes(x))
 })
