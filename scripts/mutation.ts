@@ -111,8 +111,8 @@ const areas: Area[] = [
     // is a process of its own, which the mutant a run switches on does not reach.
     name: 'feed',
     mutate: ['src/feed-hub.ts', 'src/feed-events.ts', 'plugins/feed.ts', 'db/change-listener.ts', 'src/routes/feed/**/*.ts'],
-    // The hub on its own first: under a second, against a real database.
-    testFiles: ['test/src/feed-hub.test.ts', 'test/routes/feed-stream.test.ts', 'test/routes/feed.test.ts'],
+    // The hub and the LISTEN connection on their own first: about a second each, against a real database.
+    testFiles: ['test/src/feed-hub.test.ts', 'test/db/change-listener.test.ts', 'test/routes/feed-stream.test.ts', 'test/routes/feed.test.ts'],
     // The stream's tests mostly wait (heartbeats, a transaction held open, a paused consumer).
     concurrency: 6
   }

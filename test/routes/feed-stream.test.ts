@@ -89,6 +89,7 @@ t.test('a stream from the start: retry first, then every change as an event whos
   t.equal(s.status, 200)
   t.equal(s.headers['content-type'], 'text/event-stream; charset=utf-8')
   t.equal(s.headers['cache-control'], 'no-store')
+  t.equal(s.headers['x-accel-buffering'], 'no', 'no proxy on the way holds events back')
   await s.until('the four changes', () => s.events.length >= 4)
   t.ok(s.text().startsWith('retry: 1000\n\n'), 'retry: 1000 comes first')
   t.same(s.retries, [1000])

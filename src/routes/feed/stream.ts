@@ -73,12 +73,12 @@ class EventStream implements FeedSubscriber, OpenStream {
   /** Resolves once the consumer has taken at least half of what waits for it, or the stream closed. */
   async room (): Promise<void> {
     while (!this.closed && this.waiting > this.bufferBytes / 2) {
-      // 'drain' comes only after a write the socket refused; the timer covers bytes it took. The
-      // waits that lost the race are dropped: a consumer that takes nothing for minutes would
+      // 'drain' comes only after a write the socket refused; the timer covers bytes it took. A
+      // 'drain' wait that lost the race is dropped: a consumer that takes nothing for minutes would
       // otherwise gather two listeners on its response every check.
       const lost = new AbortController()
       try {
-        await Promise.race([once(this.response, 'drain', { signal: lost.signal }), this.#closed, sleep(ROOM_CHECK_MS, undefined, { signal: lost.signal })])
+        await Promise.race([once(this.response, 'drain', { signal: lost.signal }), this.#closed, sleep(ROOM_CHECK_MS)])
       } finally {
         lost.abort()
       }

@@ -1,0 +1,102 @@
+// The change feed's LISTEN connection (db/change-listener.ts) against the real test server: one
+// connection however often it is started, a notification on its channel told, a connection lost
+// told once and made again, a server it cannot reach tried again, and nothing left once closed.
+import { once } from 'node:events'
+import pg from 'pg'
+import t, { type Test } from 'tap'
+import { CHANGES_CHANNEL, ChangeListener } from '../../db/change-listener.js'
+import { freePort } from '../../db/embedded-postgres.js'
+import { newDatabase } from '../support/database.js'
+import { until } from '../support/waiting.js'
+
+async function setUp (t: Test) {
+  const { url, drop } = await newDatabase()
+  const admin = new pg.Pool({ connectionString: url, max: 1 })
+  admin.on('error', () => {})
+  t.teardown(async () => {
+    await admin.end()
+    await drop()
+  })
+  /** The backends of this database that are listening (their last statement was the LISTEN). */
+  const listeners = async () => (await admin.query<{ pid: number }>(
+    'SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query = $1', [`LISTEN ${CHANGES_CHANNEL}`])).rows.map(({ pid }) => pid)
+  return { url, admin, listeners }
+}
+
+/** A listener whose events are counted. */
+function counted (listener: ChangeListener) {
+  const events = { change: 0, listening: 0, lost: 0 }
+  listener.on('change', () => { events.change++ })
+  listener.on('listening', () => { events.listening++ })
+  listener.on('lost', () => { events.lost++ })
+  return events
+}
+
+t.test('started twice at once: one connection, listening; a notification on its channel is told, one on another is not', async (t) => {
+  const { url, admin, listeners } = await setUp(t)
+  const listener = new ChangeListener({ connectionString: url })
+  t.teardown(() => listener.close())
+  const events = counted(listener)
+  t.equal(listener.listening, false, 'not before its start')
+  listener.start()
+  listener.start()
+  await once(listener, 'listening')
+  t.equal(listener.listening, true)
+  listener.start()
+  t.equal((await listeners()).length, 1, 'one connection')
+  await admin.query('NOTIFY other_channel')
+  await admin.query(`NOTIFY ${CHANGES_CHANNEL}`)
+  await until('the change told', () => events.change === 1)
+  t.same(events, { change: 1, listening: 1, lost: 0 })
+})
+
+t.test('its connection terminated: lost told once, not listening meanwhile, then listening again on a new one', async (t) => {
+  const { url, admin, listeners } = await setUp(t)
+  const listener = new ChangeListener({ connectionString: url, retryMs: 300 })
+  t.teardown(() => listener.close())
+  const events = counted(listener)
+  listener.start()
+  await once(listener, 'listening')
+  const [pid] = await listeners()
+  const lost = once(listener, 'lost')
+  await admin.query('SELECT pg_terminate_backend($1)', [pid])
+  await lost
+  t.equal(listener.listening, false, 'not listening until it connects again')
+  await once(listener, 'listening')
+  t.equal(events.lost, 1, 'the error and the end of the connection: one loss')
+  t.equal(events.listening, 2)
+  const again = await listeners()
+  t.equal(again.length, 1)
+  t.not(again[0], pid, 'a new connection')
+  await admin.query(`NOTIFY ${CHANGES_CHANNEL}`)
+  await until('a change told on the new connection', () => events.change === 1)
+})
+
+t.test('a server it cannot reach: each attempt lost, tried again; closed, it tries no more', async (t) => {
+  const url = `postgres://nobody@127.0.0.1:${await freePort()}/none`
+  const listener = new ChangeListener({ connectionString: url, retryMs: 20, maxRetryMs: 40 })
+  const events = counted(listener)
+  listener.start()
+  await until('tried three times', () => events.lost >= 3)
+  await listener.close()
+  const after = events.lost
+  await new Promise((resolve) => setTimeout(resolve, 150))
+  t.equal(events.lost, after, 'no attempt after close')
+  t.equal(events.listening, 0)
+})
+
+t.test('closed while it connects, or once listening: its connection ends, and nothing is told after', async (t) => {
+  const { url, listeners } = await setUp(t)
+  const early = new ChangeListener({ connectionString: url })
+  const earlyEvents = counted(early)
+  early.start()
+  await early.close()
+  const late = new ChangeListener({ connectionString: url })
+  late.start()
+  await once(late, 'listening')
+  await late.close()
+  t.equal(late.listening, false)
+  await until('no listening connection left', async () => (await listeners()).length === 0)
+  t.same(earlyEvents, { change: 0, listening: 0, lost: 0 }, 'closed while connecting: never listening')
+  t.equal(early.listening, false)
+})
