@@ -145,7 +145,9 @@ export class FeedHub {
           this.#after = undefined
           return
         }
-        // Never back: the horizon only rises, and a full page ends past where it began.
+        // Where the reader has read to, back too: a subscriber may have joined with a cursor past
+        // every change (after=999999999999999999 is a valid one), and the reader is never to stay
+        // above a live subscriber's cursor; nothing is given twice, each is given from its own.
         this.#after = through
         if (page.changes.length === this.#options.pageSize) this.#again = true
         else if (page.heldBack) this.#retryLater()
@@ -182,8 +184,7 @@ export class FeedHub {
     // Its cursor passed by a prune while it waited to catch up, or before the shared reader read a
     // change written with an old time: the page starts after changes it will never be given. (No
     // cursor yet: its first page is the oldest kept, whatever was pruned before.)
-    // Stryker disable next-line EqualityOperator: no cursor is 0 past a stream's first page, checked by the route (ids are transaction ids × 65536)
-    if (pruned !== undefined && cursor >= 0n && cursor < pruned) {
+    if (pruned !== undefined && cursor !== -1n && cursor < pruned) {
       subscriber.missed(pruned)
       return
     }

@@ -38,9 +38,11 @@ export interface ChangeHistoryPage extends Target {
   cursorSeen?: boolean
 }
 
-// With the position (a read that may be on a replica), whether the state read has the change `before` names.
+// With the position (a read that may be on a replica), whether the state read has the change `before`
+// names, or has pruned past it (its next page is what is left below it, wherever it is read).
 const withPosition = `, ${positionColumn},
-      ($4::bigint IS NULL OR EXISTS (SELECT 1 FROM permission_changes WHERE id = $4::bigint)) AS cursor_seen`
+      ($4::bigint IS NULL OR EXISTS (SELECT 1 FROM permission_changes WHERE id = $4::bigint)
+        OR coalesce($4::bigint <= (SELECT through_id FROM permission_changes_pruned), false)) AS cursor_seen`
 
 /** One page of a client's change history on a resource, newest first; $3 limit, $4 before (or NULL). */
 export const changeHistorySql = (position = false) => `

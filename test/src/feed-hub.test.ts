@@ -69,11 +69,17 @@ async function setUp (t: Test, { pollMs = 60_000, failingReads = 0 }: HubSetting
   let closed = false
   const errors: unknown[] = []
   const reads: FeedInput[] = []
+  let inFlight = 0
   const hub = new FeedHub({
     read: async (input) => {
       reads.push(input)
-      if (failingReads-- > 0) throw new Error('the database is gone for a moment')
-      return readFeed(pool, input, { prepared: false })
+      inFlight++
+      try {
+        if (failingReads-- > 0) throw new Error('the database is gone for a moment')
+        return await readFeed(pool, input, { prepared: false })
+      } finally {
+        inFlight--
+      }
     },
     encode: (change) => Buffer.from(change.entry),
     pageSize: PAGE_SIZE,
@@ -89,15 +95,26 @@ async function setUp (t: Test, { pollMs = 60_000, failingReads = 0 }: HubSetting
     await drop()
   })
   await seedDatabase(pool, ordersFixture())
-  /** Records `count` changes with a time `daysAgo` days back; their ids, in feed order. */
-  const record = async (count: number, daysAgo: number) => {
+  /**
+   * Records `count` changes with a time `daysAgo` days back; their ids, in feed order. Settled: once
+   * a read may show them, which a transaction open anywhere on the shared server delays (the
+   * horizon is the whole server's).
+   */
+  const record = async (count: number, daysAgo: number, { settled = true } = {}) => {
     const { rows } = await pool.query<{ id: string }>(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
       SELECT now() - make_interval(days => $2), 'orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'r-' || n
       FROM generate_series(1, $1::int) AS n RETURNING id`, [count, daysAgo])
-    return rows.map(({ id }) => id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
+    const ids = rows.map(({ id }) => id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
+    if (settled) {
+      await until('the recorded changes readable', async () =>
+        BigInt((await readFeed(pool, { limit: 1 }, { prepared: false })).horizon) > BigInt(ids.at(-1)!))
+    }
+    return ids
   }
+  /** Until the hub has no read under way. */
+  const idle = () => until('the hub idle', () => inFlight === 0)
   const firstPage = () => readFeed(pool, { limit: PAGE_SIZE }, { prepared: false })
-  return { pool, hub, record, firstPage, errors, reads }
+  return { pool, hub, record, firstPage, errors, reads, idle }
 }
 
 t.test('catching up: a prune that passes the cursor while the consumer is slow ends it, after what it was given; nothing past the gap', async (t) => {
@@ -118,10 +135,12 @@ t.test('catching up: a prune that passes the cursor while the consumer is slow e
 })
 
 t.test('live: changes written with an old time and pruned before the shared reader read them end the subscribers behind the mark; one ahead of it goes on', async (t) => {
-  const { pool, hub, record, firstPage } = await setUp(t)
+  const { pool, hub, record, firstPage, idle } = await setUp(t)
   const c = consumer()
   await hub.follow(c.subscriber, await firstPage())
   t.ok(c.subscriber.after >= 0n, 'caught up (nothing recorded yet) and live')
+  // The read its joining woke done: the changes below come after it.
+  await idle()
 
   // A backfill's changes (an old `at`) that the shared reader has not read yet, then the prune: with
   // nothing recorded within 30 days, it deletes everything below the horizon.
@@ -217,22 +236,25 @@ t.test('a subscriber closed while it is given changes, asked for room or read fo
   }
   await hub.follow(late.subscriber, await firstPage())
   t.equal(late.writes.length, 1, 'closed during the read: its page is not given')
-  // Live, closed by a write (cut as too slow): left out of the next pages. Three writes catch it up.
+  // Live, closed by a write (cut as too slow): left out of the next pages, which a witness that
+  // stays live is given. Three writes catch it up.
   const live = consumer({ closeAfterWrites: 4 })
   await hub.follow(live.subscriber, await firstPage())
+  const witness = consumer()
+  await hub.follow(witness.subscriber, await firstPage())
   await record(1, 0)
   hub.wake()
   await until('its live write', () => live.writes.length === 4)
   t.ok(live.writes[3].live)
-  await record(1, 0)
+  const [next] = await record(1, 0)
   hub.wake()
-  await sleep(100)
+  await until('the next change given to the witness', () => witness.given.includes(next))
   t.equal(live.seen.writesAfterClose, 0, 'a live subscriber that closed is written to no more')
   t.same(errors, [])
 })
 
 t.test('nobody live: a wake reads nothing; a read that fails is reported and tried again; changes held back behind an open transaction come once it commits, unprompted', async (t) => {
-  const { pool, hub, record, firstPage, errors, reads } = await setUp(t, { failingReads: 1 })
+  const { pool, hub, record, firstPage, errors, reads, idle } = await setUp(t, { failingReads: 1 })
   hub.wake()
   await sleep(50)
   t.same(reads, [], 'no read with nobody to read for')
@@ -250,9 +272,11 @@ t.test('nobody live: a wake reads nothing; a read that fails is reported and tri
     await held.query('BEGIN')
     await held.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
       VALUES ('orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'held')`)
-    const [after] = await record(1, 0)
+    const [after] = await record(1, 0, { settled: false })
+    const readsBefore = reads.length
     hub.wake()
-    await sleep(100)
+    await until('a read while it is held back', () => reads.length > readsBefore)
+    await idle()
     t.notOk(c.given.includes(after), 'held back')
     await held.query('COMMIT')
     await until('both given once the transaction ends', () => c.given.length === 3)
@@ -267,4 +291,33 @@ t.test('the poll reads while anyone is live, whatever wakes it or not', async (t
   await hub.follow(c.subscriber, await firstPage())
   const [x] = await record(1, 0)
   await until('x given by the poll alone', () => c.given.includes(x))
+})
+
+t.test('a cursor exactly at the prune mark missed nothing; a cursor past every change keeps nobody else from joining the shared reader', async (t) => {
+  const { pool, hub, record, firstPage, idle } = await setUp(t)
+  const old = await record(2, 40)
+  const recent = await record(3, 0)
+  const c = consumer()
+  c.hold()
+  const following = hub.follow(c.subscriber, await firstPage())
+  await until('the old two given', () => c.given.length === 2)
+  t.equal(await pruneChanges(pool, 30), 2, 'the prune\'s mark: the last change it was given')
+  c.release()
+  await following
+  t.equal(c.seen.missed, undefined, 'at the mark: nothing missed')
+  t.same(c.given, [...old, ...recent])
+
+  const ahead = consumer()
+  ahead.subscriber.after = 999999999999999999n
+  await hub.follow(ahead.subscriber, await readFeed(pool, { after: String(ahead.subscriber.after), limit: PAGE_SIZE }, { prepared: false }))
+  await idle()
+  const next = consumer()
+  await Promise.race([
+    hub.follow(next.subscriber, await firstPage()),
+    new Promise((_resolve, reject) => setTimeout(() => reject(new Error('never joined: caught up for ever behind the other\'s cursor')), 10_000).unref())
+  ])
+  const [x] = await record(1, 0)
+  hub.wake()
+  await until('x given, live', () => next.writes.some(({ ids, live }) => live && ids.includes(x)))
+  t.same(ahead.given, [], 'the one ahead: nothing')
 })

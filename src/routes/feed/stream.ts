@@ -6,7 +6,6 @@
 // with Last-Event-ID where it stopped. Catching up, a stream is never cut: it reads its next page
 // once its consumer has taken the last.
 import { once } from 'node:events'
-import { setTimeout as sleep } from 'node:timers/promises'
 import type { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
@@ -29,8 +28,8 @@ class EventStream implements FeedSubscriber, OpenStream {
   #started = false
   /** Bytes of the last write: a consumer keeping up may still be reading them. */
   #lastWrite = 0
-  readonly #closed: Promise<void>
-  #markClosed!: () => void
+  /** The wait for room under way, if any: the stream's close ends it. */
+  #roomWait: AbortController | undefined
 
   constructor (
     readonly resourceId: string | undefined,
@@ -41,7 +40,6 @@ class EventStream implements FeedSubscriber, OpenStream {
     private readonly onPruned: (prunedThrough: bigint) => void
   ) {
     this.after = after === undefined ? -1n : BigInt(after)
-    this.#closed = new Promise((resolve) => { this.#markClosed = resolve })
   }
 
   /** Bytes written for the consumer and not yet taken by it (beyond the kernel's socket buffer). */
@@ -73,15 +71,14 @@ class EventStream implements FeedSubscriber, OpenStream {
   /** Resolves once the consumer has taken at least half of what waits for it, or the stream closed. */
   async room (): Promise<void> {
     while (!this.closed && this.waiting > this.bufferBytes / 2) {
-      // 'drain' comes only after a write the socket refused; the timer covers bytes it took. A
-      // 'drain' wait that lost the race is dropped: a consumer that takes nothing for minutes would
-      // otherwise gather two listeners on its response every check.
-      const lost = new AbortController()
-      try {
-        await Promise.race([once(this.response, 'drain', { signal: lost.signal }), this.#closed, sleep(ROOM_CHECK_MS)])
-      } finally {
-        lost.abort()
-      }
+      // 'drain' comes only after a write the socket refused; the timer covers bytes it took. Each
+      // wait leaves nothing behind when it ends (its listeners, its timer): a consumer that takes
+      // nothing for hours would otherwise gather them every check.
+      const wait = this.#roomWait = new AbortController()
+      const timer = setTimeout(() => wait.abort(), ROOM_CHECK_MS)
+      await once(this.response, 'drain', { signal: wait.signal }).catch(() => {})
+      clearTimeout(timer)
+      this.#roomWait = undefined
     }
   }
 
@@ -96,7 +93,7 @@ class EventStream implements FeedSubscriber, OpenStream {
   /** The other side went away, or the stream was ended: nothing more is written. */
   #close (): void {
     this.closed = true
-    this.#markClosed()
+    this.#roomWait?.abort()
   }
 
   #push (bytes: Buffer): void {
