@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os'
 import { basename, dirname } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
-import { postmasterPid, running, temporaryFolder } from '../../db/cluster-folders.js'
+import { postmasterPid, quit, running, temporaryFolder } from '../../db/cluster-folders.js'
 import { isOrphaned, startThrowawayPostgres } from '../../db/embedded-postgres.js'
 import { testDatabaseUrl } from '../support/database.js'
 import { reportThenSigkill } from '../support/killed-fixture.js'
@@ -62,8 +62,8 @@ t.test('a start ends the throwaway cluster of a process killed with SIGKILL, rem
   const postmaster = postmasterPid(dataDir)!
   // Should the sweep fail, this test ends the leftover itself.
   t.teardown(async () => {
-    // Only while its folder is there: once swept, its PID may be another process's.
-    if (existsSync(dataDir)) try { process.kill(postmaster, 'SIGQUIT') } catch {}
+    // By its postmaster.pid, gone once swept: the PID may be another process's by then.
+    quit(dataDir)
     await rm(dirname(dataDir), { recursive: true, force: true })
   })
   t.ok(killed, 'the owner was alive until SIGKILL ended it')

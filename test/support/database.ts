@@ -3,13 +3,13 @@
 // process exits; and a PostgreSQL server of a test's own, to stop and start again.
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { readFileSync, rmSync } from 'node:fs'
+import { rmSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import pg from 'pg'
 import type { Test } from 'tap'
 import { databaseUrlOf } from '../../db/databases.js'
-import { endLeftovers, ownedFolder } from '../../db/cluster-folders.js'
+import { endLeftovers, ownedFolder, quit } from '../../db/cluster-folders.js'
 import { freePort, startEmbeddedPostgres } from '../../db/embedded-postgres.js'
 import { projectRoot } from '../../src/project-root.js'
 import { atExit } from './at-exit.js'
@@ -117,11 +117,11 @@ export async function ownPostgres (t: Test): Promise<OwnPostgres> {
   const dir = await ownedFolder(OWN_PREFIX, { inMemory: true })
   const options = { dataDir: join(dir, 'pg'), port: await freePort() }
   // At an exit without teardown (test/support/at-exit.ts): PostgreSQL's immediate shutdown, which writes
-  // nothing more (SIGQUIT to the postmaster, whose PID heads postmaster.pid while it runs; a test may
-  // have stopped it), then the folder removed. embedded-postgres's own exit hook only sends SIGINT.
+  // nothing more (a test may have stopped it), then the folder removed. embedded-postgres's own exit
+  // hook only sends SIGINT.
   const cancel = atExit(() => {
     try {
-      process.kill(Number(readFileSync(join(options.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]), 'SIGQUIT')
+      quit(options.dataDir)
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
