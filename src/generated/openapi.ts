@@ -47,7 +47,8 @@ export interface paths {
          *     and then each new change within about a second of its commit; a comment line (`:`) at least
          *     every `FEED_HEARTBEAT_MS` (10 s) keeps gateways from closing an idle stream. A consumer that
          *     reads slower than changes arrive is disconnected once more than `FEED_STREAM_BUFFER_BYTES`
-         *     wait for it besides the last page it was given, and resumes with `Last-Event-ID`; beyond `FEED_MAX_STREAMS` open streams on a replica a
+         *     wait for it besides the last page it was given, and resumes with `Last-Event-ID`; so is one
+         *     that takes none of what waits for it for two heartbeat intervals; beyond `FEED_MAX_STREAMS` open streams on a replica a
          *     new one answers 503 `overloaded`; on shutdown streams end, and clients reconnect elsewhere.
          *
          *     **Retention.** The prune command deletes old changes; a cursor older than the newest change

@@ -1,5 +1,5 @@
 // The change feed streamed (GET /permission_changes, Accept: text/event-stream) over real sockets:
-// what a stream carries and from where, live changes, heartbeats, a consumer too slow, the limit on
+// what a stream carries and from where, live changes, heartbeats, a consumer too slow or stalled, the limit on
 // streams, shutdown, a pruned cursor (and a stream whose next changes are pruned), and the two things that hold a stream up without breaking it
 // (its LISTEN connection lost, a transaction left open). The PostgreSQL cluster is shared with the
 // test files running beside this one, and a transaction open in any of its databases holds the feed
@@ -187,7 +187,9 @@ t.test('a consumer that stops reading is cut when changes come while more than F
   // when the next is written (the bound is the page's size). Flooded in one go, it once fell more
   // than the bound plus a page behind and was cut itself.
   const bufferBytes = 1024 * 1024
-  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(bufferBytes), LOG_LEVEL: 'info' }, { logs: logs.stream })
+  // Heartbeats as far apart as allowed: the paused consumer is cut for falling behind, long before
+  // it could be for having stopped reading (below).
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(bufferBytes), FEED_HEARTBEAT_MS: '15000', LOG_LEVEL: 'info' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
   const slow = await stream(t, harness, '', { paused: true })
   const reader = await stream(t, harness)
@@ -330,6 +332,36 @@ t.test('catching up, a consumer that reads nothing for a while gathers no listen
   const resumed = await stream(t, harness, '', { headers: { 'last-event-id': got.at(-1)! } })
   t.equal(resumed.status, 410, 'resuming from its last event: the changes after it are gone')
   t.match(JSON.parse(resumed.text()), { type: '/problems/changes-pruned', pruned_through: old.at(-1) })
+  await until('no stream counted', () => harness.app.feed.streams === 0)
+})
+
+t.test('catching up, a consumer that takes nothing of what waits for it for two heartbeat intervals is cut; one reading beside it is not', async (t) => {
+  const logs = captureLogs()
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', FEED_HEARTBEAT_MS: '500', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  await harness.seed(ordersFixture())
+  // About 10 MB of changes (~2.1 KB each): more than loopback's socket buffers take for a consumer
+  // that reads nothing (about 4 MB), so bytes wait for it on the server.
+  await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+    SELECT 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'many-' || n
+    FROM generate_series(1, 10 * $1::int) AS n`, [FEED_PAGE_SIZE])
+  const { rows: [{ recorded }] } = await harness.db.query<{ recorded: number }>('SELECT count(*)::int AS recorded FROM permission_changes')
+  const stalled = await stream(t, harness, '', { paused: true })
+  const reader = await stream(t, harness)
+  await until('the stalled consumer cut', () => harness.app.feed.streams === 1, 60_000)
+  t.equal(harness.app.feed.cut, 1, 'counted as cut')
+  const line = logs.lines.find((line) => line.msg === 'change feed: consumer stopped reading, disconnected')
+  t.match(line, { heartbeatMs: 500 }, 'logged, with the interval')
+  t.ok(Number(line?.waiting) > 0, `with what waited for it: ${String(line?.waiting)} bytes`)
+  await reader.until('every change, by the consumer that reads', () => reader.events.length >= recorded, 60_000)
+  t.equal(reader.events.length, recorded)
+  t.equal(reader.outcome, undefined, 'the reader is still connected')
+  t.equal(harness.app.feed.cut, 1, 'and was not cut')
+
+  stalled.resume()
+  t.equal(await stalled.finished, 'cut', 'the stalled consumer sees its connection closed, not an end')
+  t.ok(stalled.events.length < recorded, `it had read ${stalled.events.length} of ${recorded}`)
+  t.ok(increasing(ids(stalled.events)), 'what it got is in order: it resumes with Last-Event-ID')
+  reader.close()
   await until('no stream counted', () => harness.app.feed.streams === 0)
 })
 

@@ -3,8 +3,10 @@
 // (src/feed-hub.ts). What waits for a consumer is bounded: a consumer that, when the shared reader
 // has more for it, still has more than FEED_STREAM_BUFFER_BYTES to read besides what it was given
 // last (a consumer keeping up may still be reading the last page) is disconnected, and resumes
-// with Last-Event-ID where it stopped. Catching up, a stream is never cut: it reads its next page
-// once its consumer has taken the last.
+// with Last-Event-ID where it stopped. Catching up, a stream is not cut for its pace: it reads its
+// next page once its consumer has taken the last. Live or catching up, a consumer that takes none of
+// what waits for it for STALLED_HEARTBEATS heartbeat intervals in a row is disconnected too: it
+// would hold a FEED_MAX_STREAMS slot for as long as it stays connected.
 import { once } from 'node:events'
 import type { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
@@ -15,6 +17,8 @@ import type { OpenStream } from '../../../plugins/feed.js'
 import { assertNotPruned } from './pruned.js'
 
 const ROOM_CHECK_MS = 100
+/** Heartbeat intervals in a row in which a consumer took nothing that waited for it, before it is cut. */
+const STALLED_HEARTBEATS = 2
 // On shutdown: how long a stream's last bytes may take to reach its consumer before the
 // connection is cut, so that one consumer that stopped reading holds no close up.
 const END_GRACE_MS = 1000
@@ -28,6 +32,11 @@ class EventStream implements FeedSubscriber, OpenStream {
   #started = false
   /** Bytes of the last write: a consumer keeping up may still be reading them. */
   #lastWrite = 0
+  /** Bytes pushed for the consumer since the start. */
+  #pushed = 0
+  /** Bytes the consumer had taken at the last heartbeat, and the intervals since then it took none. */
+  #takenAtHeartbeat = 0
+  #stalledHeartbeats = 0
   /** The wait for room under way, if any: the stream's close ends it. */
   #roomWait: AbortController | undefined
 
@@ -36,7 +45,7 @@ class EventStream implements FeedSubscriber, OpenStream {
     after: string | undefined,
     private readonly response: ServerResponse,
     private readonly bufferBytes: number,
-    private readonly onTooSlow: () => void,
+    private readonly onTooSlow: (reason: 'behind' | 'stalled') => void,
     private readonly onPruned: (prunedThrough: bigint) => void
   ) {
     this.after = after === undefined ? -1n : BigInt(after)
@@ -56,11 +65,21 @@ class EventStream implements FeedSubscriber, OpenStream {
     }
   }
 
-  // Only on an idle stream: one with bytes still waiting is not idle to a gateway, and a consumer
-  // that has stopped reading is cut by the next change, not by the clock. Not before the stream has
-  // started: the tick may come while its first page is still being read.
+  // Only on an idle stream: one with bytes still waiting is not idle to a gateway. There the tick
+  // checks that the consumer takes some of them. Not before the stream has started (the tick may
+  // come while its first page is still being read), nor once it is ending.
   heartbeat (): void {
-    if (this.#started && this.waiting === 0) this.#push(HEARTBEAT)
+    if (!this.#started || this.closed) return
+    const waiting = this.waiting
+    const taken = this.#pushed - waiting
+    const progressed = taken !== this.#takenAtHeartbeat
+    this.#takenAtHeartbeat = taken
+    if (waiting === 0 || progressed) {
+      this.#stalledHeartbeats = 0
+      if (waiting === 0) this.#push(HEARTBEAT)
+    } else if (++this.#stalledHeartbeats >= STALLED_HEARTBEATS) {
+      this.#cut('stalled')
+    }
   }
 
   start (): void {
@@ -97,7 +116,9 @@ class EventStream implements FeedSubscriber, OpenStream {
   }
 
   #push (bytes: Buffer): void {
-    if (!this.closed) this.body.push(bytes)
+    if (this.closed) return
+    this.body.push(bytes)
+    this.#pushed += bytes.length
   }
 
   // A consumer too slow to take what is written is cut off rather than buffered for without bound:
@@ -105,10 +126,14 @@ class EventStream implements FeedSubscriber, OpenStream {
   #fallenBehind (): boolean {
     if (this.closed) return true
     if (this.waiting <= this.bufferBytes + this.#lastWrite) return false
-    this.#close()
-    this.onTooSlow()
-    this.response.destroy()
+    this.#cut('behind')
     return true
+  }
+
+  #cut (reason: 'behind' | 'stalled'): void {
+    this.#close()
+    this.onTooSlow(reason)
+    this.response.destroy()
   }
 
   // The consumer resumes with Last-Event-ID, below the mark, and is answered 410 changes-pruned.
@@ -132,9 +157,14 @@ export interface StreamRequest {
 export async function streamFeed (fastify: FastifyInstance, request: FastifyRequest, reply: FastifyReply, { after, resourceId }: StreamRequest) {
   const { feed, config } = fastify
   const stream = new EventStream(resourceId, after, reply.raw, config.FEED_STREAM_BUFFER_BYTES,
-    () => {
+    (reason) => {
       feed.tooSlow()
-      request.log.info({ after: String(stream.after), bufferBytes: config.FEED_STREAM_BUFFER_BYTES }, 'change feed: consumer too slow, disconnected')
+      if (reason === 'behind') {
+        request.log.info({ after: String(stream.after), bufferBytes: config.FEED_STREAM_BUFFER_BYTES }, 'change feed: consumer too slow, disconnected')
+      } else {
+        request.log.info({ after: String(stream.after), waiting: stream.waiting, heartbeatMs: config.FEED_HEARTBEAT_MS },
+          'change feed: consumer stopped reading, disconnected')
+      }
     },
     (prunedThrough) => {
       request.log.info({ after: String(stream.after), prunedThrough: String(prunedThrough) },
