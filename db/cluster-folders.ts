@@ -2,7 +2,7 @@
 // they go (in RAM when there is room), the process that owns each, and the sweep that ends the
 // clusters of an owner killed with SIGKILL (a test runner's timeout). Such an owner runs no
 // teardown and no exit hook, and its postmasters outlive it, holding their RAM and ports for good.
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { chmod, mkdtemp, readdir, readFile, rm, stat, statfs, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -80,16 +80,29 @@ export async function endLeftovers (prefix: string, dataDirs: string[]): Promise
   }
 }
 
+/**
+ * The postmaster as postmaster.pid names it while it runs (its PID on the first line, its port on
+ * the fourth, written once it listens); undefined when there is no such file or no port yet. The
+ * process may be gone since: see running().
+ */
+export function postmasterOf (dataDir: string): { pid: number, port: number } | undefined {
+  const lines = pidFileLines(dataDir)
+  const [pid, port] = [Number(lines?.[0]), Number(lines?.[3])]
+  return Number.isInteger(pid) && pid > 0 && Number.isInteger(port) && port > 0 && port < 65536 ? { pid, port } : undefined
+}
+
 /** The postmaster's PID, which heads postmaster.pid while it runs; undefined when it does not. */
 export function postmasterPid (dataDir: string): number | undefined {
-  let pidFile: string
+  const pid = Number(pidFileLines(dataDir)?.[0])
+  return Number.isInteger(pid) && pid > 0 ? pid : undefined
+}
+
+function pidFileLines (dataDir: string): string[] | undefined {
   try {
-    pidFile = readFileSync(join(dataDir, 'postmaster.pid'), 'utf8')
+    return readFileSync(join(dataDir, 'postmaster.pid'), 'utf8').split('\n')
   } catch {
     return undefined
   }
-  const pid = Number(pidFile.split('\n')[0])
-  return Number.isInteger(pid) && pid > 0 ? pid : undefined
 }
 
 /**
@@ -106,10 +119,41 @@ export function quit (dataDir: string): void {
   }
 }
 
-/** Whether the process runs: it exists and is not a zombie waiting to be reaped. */
+/** Linux's /proc, which tells a process's state, parent and command line; macOS has none. */
+const procFolder = existsSync('/proc/self/stat')
+
+/**
+ * Whether the process runs: it exists and is not a zombie waiting to be reaped. Without /proc,
+ * whether a signal could reach it (a zombie counts then).
+ */
 export function running (pid: number): boolean {
+  if (!procFolder) return signalReaches(pid)
   const state = statFields(pid)?.[0]
   return state !== undefined && state !== 'Z'
+}
+
+function signalReaches (pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/**
+ * Whether the process is the postmaster of `dataDir`: its command line names the folder (a
+ * postmaster.pid left by a crash may name a PID that another process has taken since). Without
+ * /proc, assumed.
+ */
+export function isPostmasterOf (pid: number, dataDir: string): boolean {
+  return !procFolder || commandLineOf(pid).includes(dataDir)
+}
+
+/** The PID of the process's parent (1 once init has adopted it); undefined when no such process. */
+export function parentOf (pid: number): number | undefined {
+  const parent = statFields(pid)?.[1]
+  return parent === undefined ? undefined : Number(parent)
 }
 
 /** The fields of /proc/PID/stat after "pid (comm) " (comm may hold spaces and parentheses); undefined when no such process. */

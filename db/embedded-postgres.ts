@@ -8,7 +8,7 @@ import { access, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { endLeftovers, ownedFolder } from './cluster-folders.js'
+import { endLeftovers, isPostmasterOf, ownedFolder, parentOf, postmasterOf, running } from './cluster-folders.js'
 
 export interface EmbeddedPostgresOptions {
   /** The cluster's data folder; created and initialised when it holds no cluster yet. */
@@ -104,12 +104,8 @@ export async function givenOrThrowawayPostgres (url: string | undefined, { inMem
  * with SIGKILL, or one that another command of ours started.
  */
 export async function runningPostmaster (dataDir: string): Promise<{ pid: number, port: number } | undefined> {
-  const lines = await readFile(join(dataDir, 'postmaster.pid'), 'utf8').then((text) => text.split('\n'), () => undefined)
-  if (!lines) return undefined
-  const pid = Number(lines[0])
-  const port = Number(lines[3])
-  if (!Number.isInteger(pid) || pid <= 0 || !isAlive(pid)) return undefined
-  return { pid, port }
+  const postmaster = postmasterOf(dataDir)
+  return postmaster && running(postmaster.pid) && isPostmasterOf(postmaster.pid, dataDir) ? postmaster : undefined
 }
 
 /**
@@ -117,11 +113,8 @@ export async function runningPostmaster (dataDir: string): Promise<{ pid: number
  * a leftover nobody uses. While a node process is its parent, another run of ours is using it.
  */
 export async function isOrphaned (pid: number): Promise<boolean> {
-  // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses.
-  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined)
-  if (!stat) return true
-  const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
-  if (parent <= 1 || !isAlive(parent)) return true
+  const parent = parentOf(pid)
+  if (parent === undefined || parent <= 1 || !running(parent)) return true
   const parentName = await readFile(`/proc/${parent}/comm`, 'utf8').catch(() => '')
   return parentName.trim() !== 'node'
 }
@@ -136,7 +129,7 @@ export async function attachEmbeddedPostgres (dataDir: string, port: number): Pr
 export async function stopPostmaster (pid: number, timeoutMs = 15_000): Promise<void> {
   process.kill(pid, 'SIGINT')
   const deadline = Date.now() + timeoutMs
-  while (isAlive(pid)) {
+  while (running(pid)) {
     if (Date.now() > deadline) throw new Error(`PostgreSQL (pid ${pid}) did not stop within ${timeoutMs} ms`)
     await sleep(100)
   }
@@ -153,15 +146,6 @@ export async function freePort (): Promise<number> {
 
 function connectionUrl (password: string, port: number): string {
   return `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`
-}
-
-function isAlive (pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM'
-  }
 }
 
 async function exists (path: string): Promise<boolean> {
