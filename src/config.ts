@@ -82,10 +82,12 @@ const schema = {
     // serves at once (one more answers 503 overloaded); how often an idle stream gets a heartbeat
     // comment (below a gateway's idle timeout: HAProxy's is 30 s here); how many bytes may wait for
     // a consumer that reads slower than changes arrive before it is disconnected (it resumes with
-    // Last-Event-ID), which bounds the memory each stream holds.
+    // Last-Event-ID), which bounds the memory each stream holds; and how long a consumer may take
+    // none of what waits for it before it is disconnected, which bounds how long it holds a slot.
     FEED_MAX_STREAMS: { type: 'integer', minimum: 0, maximum: 100000, default: 200 },
     FEED_HEARTBEAT_MS: { type: 'integer', minimum: 100, maximum: 15000, default: 10000 },
     FEED_STREAM_BUFFER_BYTES: { type: 'integer', minimum: 1024, maximum: 67108864, default: 262144 },
+    FEED_STALL_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 3600000, default: 60000 },
     // Pages of the list kept in memory by the authorization's version, up to this many bytes (0: none).
     // Each read still asks the database for the version, and gets the page only when it changed.
     LIST_PAGE_CACHE_BYTES: { type: 'integer', minimum: 0, maximum: 1073741824, default: 8388608 },

@@ -48,7 +48,7 @@ export interface paths {
          *     every `FEED_HEARTBEAT_MS` (10 s) keeps gateways from closing an idle stream. A consumer that
          *     reads slower than changes arrive is disconnected once more than `FEED_STREAM_BUFFER_BYTES`
          *     wait for it besides the last page it was given, and resumes with `Last-Event-ID`; so is one
-         *     that takes none of what waits for it for two heartbeat intervals; beyond `FEED_MAX_STREAMS` open streams on a replica a
+         *     that takes none of what waits for it for `FEED_STALL_TIMEOUT_MS` (60 s); beyond `FEED_MAX_STREAMS` open streams on a replica a
          *     new one answers 503 `overloaded`; on shutdown streams end, and clients reconnect elsewhere.
          *
          *     **Retention.** The prune command deletes old changes; a cursor older than the newest change

@@ -4,6 +4,7 @@
 // (its LISTEN connection lost, a transaction left open). The PostgreSQL cluster is shared with the
 // test files running beside this one, and a transaction open in any of its databases holds the feed
 // back: waits have generous deadlines, and nothing here asserts how soon a change arrives.
+import { readFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
@@ -58,6 +59,17 @@ async function stream (t: Test, harness: Harness, query = '', { headers, ...opti
   const opened = await openStream(`${harness.baseUrl}/permission_changes${query}`, { headers: { authorization: `Bearer ${readToken()}`, ...headers }, ...options })
   t.teardown(() => opened.close())
   return opened
+}
+
+/**
+ * How many changes of ~2.1 KB (40 ids of 40 characters) to record so that bytes wait on the server
+ * for a consumer that reads nothing: more than twice the most a loopback socket's send buffer grows
+ * to (tcp_wmem's maximum, 4 MB here; its receive buffer does not grow while nothing is read), and
+ * at least 10 MB.
+ */
+function changesBeyondSocketBuffers (): number {
+  const sendBufferMax = Number(readFileSync('/proc/sys/net/ipv4/tcp_wmem', 'utf8').trim().split(/\s+/)[2])
+  return Math.ceil(Math.max(10 * 1024 ** 2, 2 * sendBufferMax + 4 * 1024 ** 2) / 2100)
 }
 
 const ids = (events: ReadonlyArray<{ id?: string }>) => events.map(({ id }) => id)
@@ -187,9 +199,8 @@ t.test('a consumer that stops reading is cut when changes come while more than F
   // when the next is written (the bound is the page's size). Flooded in one go, it once fell more
   // than the bound plus a page behind and was cut itself.
   const bufferBytes = 1024 * 1024
-  // Heartbeats as far apart as allowed: the paused consumer is cut for falling behind, long before
-  // it could be for having stopped reading (below).
-  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(bufferBytes), FEED_HEARTBEAT_MS: '15000', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  // The paused consumer is cut for falling behind, never for having stopped reading (below).
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(bufferBytes), FEED_STALL_TIMEOUT_MS: '3600000', LOG_LEVEL: 'info' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
   const slow = await stream(t, harness, '', { paused: true })
   const reader = await stream(t, harness)
@@ -306,11 +317,11 @@ t.test('catching up, a consumer that reads nothing for a while gathers no listen
   const logs = captureLogs()
   const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', LOG_LEVEL: 'info' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
-  // About 10 MB of changes recorded 40 days ago (~2.1 KB each): more than loopback's socket buffers
-  // take for a consumer that reads nothing (about 4 MB), so its stream waits for room, page by page.
+  // Changes recorded 40 days ago, more than the socket buffers take for a consumer that reads
+  // nothing: its stream waits for room, page by page.
   const { rows } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
     SELECT now() - interval '40 days', 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'old-' || n
-    FROM generate_series(1, 10 * $1::int) AS n RETURNING id`, [FEED_PAGE_SIZE])
+    FROM generate_series(1, $1::int) AS n RETURNING id`, [changesBeyondSocketBuffers()])
   const old = rows.map(({ id }) => id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
   await change(harness, 'DELETE', ['p_read_orders'])
 
@@ -335,22 +346,20 @@ t.test('catching up, a consumer that reads nothing for a while gathers no listen
   await until('no stream counted', () => harness.app.feed.streams === 0)
 })
 
-t.test('catching up, a consumer that takes nothing of what waits for it for two heartbeat intervals is cut; one reading beside it is not', async (t) => {
+t.test('a consumer that takes nothing of what waits for it for FEED_STALL_TIMEOUT_MS is cut, catching up; one reading beside it is not', async (t) => {
   const logs = captureLogs()
-  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', FEED_HEARTBEAT_MS: '500', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', FEED_HEARTBEAT_MS: '200', FEED_STALL_TIMEOUT_MS: '1000', LOG_LEVEL: 'info' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
-  // About 10 MB of changes (~2.1 KB each): more than loopback's socket buffers take for a consumer
-  // that reads nothing (about 4 MB), so bytes wait for it on the server.
   await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
     SELECT 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'many-' || n
-    FROM generate_series(1, 10 * $1::int) AS n`, [FEED_PAGE_SIZE])
+    FROM generate_series(1, $1::int) AS n`, [changesBeyondSocketBuffers()])
   const { rows: [{ recorded }] } = await harness.db.query<{ recorded: number }>('SELECT count(*)::int AS recorded FROM permission_changes')
   const stalled = await stream(t, harness, '', { paused: true })
   const reader = await stream(t, harness)
   await until('the stalled consumer cut', () => harness.app.feed.streams === 1, 60_000)
   t.equal(harness.app.feed.cut, 1, 'counted as cut')
   const line = logs.lines.find((line) => line.msg === 'change feed: consumer stopped reading, disconnected')
-  t.match(line, { heartbeatMs: 500 }, 'logged, with the interval')
+  t.match(line, { stallTimeoutMs: 1000 }, 'logged, with the timeout')
   t.ok(Number(line?.waiting) > 0, `with what waited for it: ${String(line?.waiting)} bytes`)
   await reader.until('every change, by the consumer that reads', () => reader.events.length >= recorded, 60_000)
   t.equal(reader.events.length, recorded)

@@ -141,6 +141,7 @@ t.test('every setting unset: exactly these defaults, nothing else', async (t) =>
     FEED_MAX_STREAMS: 200,
     FEED_HEARTBEAT_MS: 10000,
     FEED_STREAM_BUFFER_BYTES: 262144,
+    FEED_STALL_TIMEOUT_MS: 60000,
     LIST_PAGE_CACHE_BYTES: 8388608,
     LOG_LEVEL: 'info',
     TRUST_PROXY: 'false',

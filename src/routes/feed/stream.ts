@@ -5,8 +5,8 @@
 // last (a consumer keeping up may still be reading the last page) is disconnected, and resumes
 // with Last-Event-ID where it stopped. Catching up, a stream is not cut for its pace: it reads its
 // next page once its consumer has taken the last. Live or catching up, a consumer that takes none of
-// what waits for it for STALLED_HEARTBEATS heartbeat intervals in a row is disconnected too: it
-// would hold a FEED_MAX_STREAMS slot for as long as it stays connected.
+// what waits for it for FEED_STALL_TIMEOUT_MS is disconnected too (a zero TCP window): it would hold
+// a FEED_MAX_STREAMS slot for as long as it stays connected.
 import { once } from 'node:events'
 import type { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
@@ -17,8 +17,6 @@ import type { OpenStream } from '../../../plugins/feed.js'
 import { assertNotPruned } from './pruned.js'
 
 const ROOM_CHECK_MS = 100
-/** Heartbeat intervals in a row in which a consumer took nothing that waited for it, before it is cut. */
-const STALLED_HEARTBEATS = 2
 // On shutdown: how long a stream's last bytes may take to reach its consumer before the
 // connection is cut, so that one consumer that stopped reading holds no close up.
 const END_GRACE_MS = 1000
@@ -34,9 +32,9 @@ class EventStream implements FeedSubscriber, OpenStream {
   #lastWrite = 0
   /** Bytes pushed for the consumer since the start. */
   #pushed = 0
-  /** Bytes the consumer had taken at the last heartbeat, and the intervals since then it took none. */
-  #takenAtHeartbeat = 0
-  #stalledHeartbeats = 0
+  /** The most bytes the consumer was seen to have taken, at a heartbeat, and since when. */
+  #taken = 0
+  #takenSince = Date.now()
   /** The wait for room under way, if any: the stream's close ends it. */
   #roomWait: AbortController | undefined
 
@@ -45,6 +43,7 @@ class EventStream implements FeedSubscriber, OpenStream {
     after: string | undefined,
     private readonly response: ServerResponse,
     private readonly bufferBytes: number,
+    private readonly stallTimeoutMs: number,
     private readonly onTooSlow: (reason: 'behind' | 'stalled') => void,
     private readonly onPruned: (prunedThrough: bigint) => void
   ) {
@@ -66,18 +65,22 @@ class EventStream implements FeedSubscriber, OpenStream {
   }
 
   // Only on an idle stream: one with bytes still waiting is not idle to a gateway. There the tick
-  // checks that the consumer takes some of them. Not before the stream has started (the tick may
-  // come while its first page is still being read), nor once it is ending.
+  // checks that the consumer took some of them within the stall timeout. Not before the stream has
+  // started (the tick may come while its first page is still being read), nor once it is ending or
+  // its connection is (a consumer gone is not one that stopped reading).
   heartbeat (): void {
-    if (!this.#started || this.closed) return
+    if (!this.#started || this.closed || this.response.destroyed) return
     const waiting = this.waiting
+    // What the socket handed to the kernel. The response's own framing (its head, chunk sizes)
+    // counts in `waiting` and not in #pushed, so this may dip: only a new high is progress. The
+    // kernel lets more in only once a third of its buffer is free, so progress comes in steps.
     const taken = this.#pushed - waiting
-    const progressed = taken !== this.#takenAtHeartbeat
-    this.#takenAtHeartbeat = taken
-    if (waiting === 0 || progressed) {
-      this.#stalledHeartbeats = 0
+    const now = Date.now()
+    if (waiting === 0 || taken > this.#taken) {
+      this.#taken = Math.max(taken, this.#taken)
+      this.#takenSince = now
       if (waiting === 0) this.#push(HEARTBEAT)
-    } else if (++this.#stalledHeartbeats >= STALLED_HEARTBEATS) {
+    } else if (now - this.#takenSince >= this.stallTimeoutMs) {
       this.#cut('stalled')
     }
   }
@@ -156,13 +159,13 @@ export interface StreamRequest {
 /** Answers a feed request with a stream of its changes, from its cursor on. */
 export async function streamFeed (fastify: FastifyInstance, request: FastifyRequest, reply: FastifyReply, { after, resourceId }: StreamRequest) {
   const { feed, config } = fastify
-  const stream = new EventStream(resourceId, after, reply.raw, config.FEED_STREAM_BUFFER_BYTES,
+  const stream = new EventStream(resourceId, after, reply.raw, config.FEED_STREAM_BUFFER_BYTES, config.FEED_STALL_TIMEOUT_MS,
     (reason) => {
       feed.tooSlow()
       if (reason === 'behind') {
         request.log.info({ after: String(stream.after), bufferBytes: config.FEED_STREAM_BUFFER_BYTES }, 'change feed: consumer too slow, disconnected')
       } else {
-        request.log.info({ after: String(stream.after), waiting: stream.waiting, heartbeatMs: config.FEED_HEARTBEAT_MS },
+        request.log.info({ after: String(stream.after), waiting: stream.waiting, stallTimeoutMs: config.FEED_STALL_TIMEOUT_MS },
           'change feed: consumer stopped reading, disconnected')
       }
     },
