@@ -374,6 +374,48 @@ t.test('a consumer that takes nothing of what waits for it for FEED_STALL_TIMEOU
   await until('no stream counted', () => harness.app.feed.streams === 0)
 })
 
+t.test('a cursor past every change: the stream is given none of the changes below it, live', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const ahead = await stream(t, harness, '?after=999999999999999999')
+  const witness = await stream(t, harness)
+  await sentinel(t, harness, witness)
+  // Given to every live stream in one go: the witness has it, so the other was given it or not.
+  await sleep(200)
+  t.same(ahead.events, [], 'nothing')
+  t.equal(ahead.outcome, undefined, 'still open')
+})
+
+t.test('reads failing: a stream catching up ends cleanly (its consumer resumes), a live one stays; both logged; once reads work again, the live one goes on', async (t) => {
+  const logs = captureLogs()
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  await harness.seed(ordersFixture())
+  const live = await stream(t, harness)
+  await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+    SELECT 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'many-' || n
+    FROM generate_series(1, $1::int) AS n`, [changesBeyondSocketBuffers()])
+  const { rows: [{ recorded }] } = await harness.db.query<{ recorded: number }>('SELECT count(*)::int AS recorded FROM permission_changes')
+  const catchingUp = await stream(t, harness, '', { paused: true })
+  await live.until('every change, live', () => live.events.length >= recorded, 60_000)
+
+  // Every read of the feed fails while the table has another name.
+  await harness.db.query('ALTER TABLE permission_changes RENAME TO permission_changes_away')
+  try {
+    catchingUp.resume()
+    t.equal(await catchingUp.finished, 'end', 'the stream catching up ends, cleanly')
+    t.ok(catchingUp.events.length > 0 && catchingUp.events.length < recorded, `after ${catchingUp.events.length} of ${recorded} changes`)
+    const ended = logs.lines.find((line) => /^change feed: catching a stream up failed/.test(String(line.msg)))
+    t.match(ended, { err: { message: /permission_changes/ } }, 'logged, with the error')
+    await until('the shared reader\'s failure logged', () => logs.lines.some((line) =>
+      line.msg === 'change feed: reading new changes failed; trying again' && line.code === '42P01' && /permission_changes/.test(String(line.reason))))
+  } finally {
+    await harness.db.query('ALTER TABLE permission_changes_away RENAME TO permission_changes')
+  }
+  t.equal(live.outcome, undefined, 'the live stream stays')
+  await sentinel(t, harness, live)
+  t.equal(live.events.length, recorded + 1)
+})
+
 t.test('HEAD with Accept: text/event-stream answers without starting a stream', async (t) => {
   const harness = await build(t)
   const head = await harness.request('/permission_changes', { method: 'HEAD', token: readToken(), headers: { accept: 'text/event-stream' } })

@@ -70,13 +70,16 @@ async function setUp (t: Test, { pollMs = 60_000, failingReads = 0 }: HubSetting
   const errors: unknown[] = []
   const reads: FeedInput[] = []
   let inFlight = 0
+  let gate: Promise<void> | undefined
   const hub = new FeedHub({
     read: async (input) => {
       reads.push(input)
       inFlight++
       try {
         if (failingReads-- > 0) throw new Error('the database is gone for a moment')
-        return await readFeed(pool, input, { prepared: false })
+        const page = await readFeed(pool, input, { prepared: false })
+        await gate
+        return page
       } finally {
         inFlight--
       }
@@ -114,7 +117,16 @@ async function setUp (t: Test, { pollMs = 60_000, failingReads = 0 }: HubSetting
   /** Until the hub has no read under way. */
   const idle = () => until('the hub idle', () => inFlight === 0)
   const firstPage = () => readFeed(pool, { limit: PAGE_SIZE }, { prepared: false })
-  return { pool, hub, record, firstPage, errors, reads, idle }
+  /** Holds the hub's reads once they have their page, until the function returned is called. */
+  const holdReads = () => {
+    let open = () => {}
+    gate = new Promise((resolve) => { open = resolve })
+    return () => {
+      gate = undefined
+      open()
+    }
+  }
+  return { pool, hub, record, firstPage, errors, reads, idle, holdReads }
 }
 
 t.test('catching up: a prune that passes the cursor while the consumer is slow ends it, after what it was given; nothing past the gap', async (t) => {
@@ -212,7 +224,7 @@ t.test('a subscriber ahead of the shared reader gets none of its changes twice; 
 })
 
 t.test('a subscriber closed while it is given changes, asked for room or read for is given nothing more', async (t) => {
-  const { hub, record, firstPage, errors } = await setUp(t)
+  const { hub, record, firstPage, errors, reads } = await setUp(t)
   await record(6, 0)
   // Closed by its first write: not asked for room, no more reads for it.
   const cut = consumer({ closeAfterWrites: 1 })
@@ -225,9 +237,11 @@ t.test('a subscriber closed while it is given changes, asked for room or read fo
   const following = hub.follow(gone.subscriber, await firstPage())
   await until('its first page given', () => gone.writes.length === 1)
   gone.subscriber.closed = true
+  const readsBefore = reads.length
   gone.release()
   await following
   t.equal(gone.writes.length, 1, 'closed while waiting for room: given nothing more')
+  t.equal(reads.length, readsBefore, 'nor read for (its first page was full)')
   // Closed while its next page is read.
   const late = consumer()
   late.subscriber.room = () => {
@@ -320,4 +334,88 @@ t.test('a cursor exactly at the prune mark missed nothing; a cursor past every c
   hub.wake()
   await until('x given, live', () => next.writes.some(({ ids, live }) => live && ids.includes(x)))
   t.same(ahead.given, [], 'the one ahead: nothing')
+})
+
+t.test('a subscriber at the shared reader\'s cursor joins it with no read of its own; after everyone left, the next to join sets where it reads from', async (t) => {
+  const { pool, hub, record, firstPage, reads, idle } = await setUp(t)
+  await record(1, 0)
+  // A transaction holding an id keeps the horizon (the server's xmin) where it is: two first pages
+  // read now end at the same cursor.
+  const pin = await pool.connect()
+  try {
+    await pin.query('BEGIN')
+    await pin.query('SELECT pg_current_xact_id()')
+    const first = consumer()
+    await hub.follow(first.subscriber, await firstPage())
+    await idle()
+    const second = consumer()
+    const page = await firstPage()
+    const readsBefore = reads.length
+    await Promise.race([
+      hub.follow(second.subscriber, page),
+      new Promise((_resolve, reject) => setTimeout(() => reject(new Error('never joined: read on for ever at the reader\'s cursor')), 10_000).unref())
+    ])
+    t.equal(second.subscriber.after, first.subscriber.after, 'at the same cursor')
+    await idle()
+    t.equal(reads.length, readsBefore + 1, 'one read: the shared reader\'s, which its joining woke')
+    hub.unfollow(first.subscriber)
+    hub.unfollow(second.subscriber)
+  } finally {
+    await pin.query('COMMIT')
+    pin.release()
+  }
+  await record(2, 0)
+  const third = consumer()
+  await hub.follow(third.subscriber, await firstPage())
+  t.equal(reads.at(-1)?.after, String(third.subscriber.after), 'the shared reader reads on from the new subscriber\'s cursor, not from where it was left')
+})
+
+t.test('closed by its page, or everyone gone during a read, the hub reads no more; a wake during a read reads again once it ends; closed, the hub reads nothing', async (t) => {
+  const { hub, record, firstPage, reads, idle, holdReads } = await setUp(t)
+  // Closed by its first live write, of a full page (nothing recorded before it joined): the next
+  // page is not read for nobody.
+  const cut = consumer({ closeAfterWrites: 1 })
+  await hub.follow(cut.subscriber, await firstPage())
+  await idle()
+  await record(3 * PAGE_SIZE, 0)
+  let readsBefore = reads.length
+  hub.wake()
+  await until('its write', () => cut.writes.length === 1)
+  t.ok(cut.writes[0].live)
+  await idle()
+  await sleep(50)
+  t.equal(reads.length, readsBefore + 1, 'one read')
+
+  const c = consumer()
+  await hub.follow(c.subscriber, await firstPage())
+  await idle()
+  let release = holdReads()
+  readsBefore = reads.length
+  hub.wake()
+  await until('a read under way', () => reads.length > readsBefore)
+  const [x] = await record(1, 0)
+  hub.wake()
+  release()
+  await until('x given, with no poll (60 s) or notification', () => c.given.includes(x), 10_000)
+
+  await idle()
+  release = holdReads()
+  readsBefore = reads.length
+  hub.wake()
+  await until('a read under way', () => reads.length > readsBefore)
+  hub.unfollow(c.subscriber)
+  release()
+  await idle()
+  await sleep(50)
+  t.equal(reads.length, readsBefore + 1, 'nobody left after the read: none after it')
+
+  const last = consumer()
+  await hub.follow(last.subscriber, await firstPage())
+  await idle()
+  hub.close()
+  readsBefore = reads.length
+  await record(1, 0)
+  hub.wake()
+  await sleep(50)
+  t.equal(reads.length, readsBefore, 'closed: no read, whoever was live')
 })
