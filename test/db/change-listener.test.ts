@@ -76,12 +76,19 @@ t.test('its connection terminated: lost told once, not listening meanwhile (star
   await until('a change told on the new connection', () => events.change === 1)
 })
 
-t.test('a server it cannot reach: each attempt lost, tried again; closed, it tries no more', async (t) => {
+t.test('a server it cannot reach: each attempt lost, tried again after a pause that doubles up to its bound; closed, it tries no more', async (t) => {
   const url = `postgres://nobody@127.0.0.1:${await freePort()}/none`
   const listener = new ChangeListener({ connectionString: url, retryMs: 20, maxRetryMs: 40 })
   const events = counted(listener)
+  const lostAt: number[] = []
+  listener.on('lost', () => { lostAt.push(performance.now()) })
   listener.start()
-  await until('tried three times', () => events.lost >= 3)
+  await until('tried eight times', () => events.lost >= 8)
+  const pauses = lostAt.slice(1).map((at, index) => at - lostAt[index])
+  // 20 ms, then 40 ms each: never shorter (a timer never fires early), and never long (doubling
+  // without the bound, the seventh would be 2.5 s).
+  t.ok(pauses[0] >= 19, `the first pause: ${pauses[0]} ms`)
+  t.ok(pauses.slice(1).every((pause) => pause >= 39 && pause < 1000), `then the bound: ${pauses.map(Math.round).join(', ')} ms`)
   await listener.close()
   const after = events.lost
   await new Promise((resolve) => setTimeout(resolve, 150))

@@ -370,15 +370,25 @@ t.test('a subscriber at the shared reader\'s cursor joins it with no read of its
   t.equal(reads.at(-1)?.after, String(third.subscriber.after), 'the shared reader reads on from the new subscriber\'s cursor, not from where it was left')
 })
 
-t.test('closed by its page, or everyone gone during a read, the hub reads no more; a wake during a read reads again once it ends; closed, the hub reads nothing', async (t) => {
+t.test('nothing held back, or closed by its page, or everyone gone during a read, the hub reads no more; a wake during a read reads again once it ends; closed, the hub reads nothing', async (t) => {
   const { hub, record, firstPage, reads, idle, holdReads } = await setUp(t)
+  // Joined, the shared reader reads once (its joining's wake); nothing held back, no read after it
+  // until a wake (the poll is a minute away).
+  const first = consumer()
+  await hub.follow(first.subscriber, await firstPage())
+  await idle()
+  let readsBefore = reads.length
+  await sleep(150)
+  t.equal(reads.length, readsBefore, 'nothing held back: no read again until a wake')
+  hub.unfollow(first.subscriber)
+
   // Closed by its first live write, of a full page (nothing recorded before it joined): the next
   // page is not read for nobody.
   const cut = consumer({ closeAfterWrites: 1 })
   await hub.follow(cut.subscriber, await firstPage())
   await idle()
   await record(3 * PAGE_SIZE, 0)
-  let readsBefore = reads.length
+  readsBefore = reads.length
   hub.wake()
   await until('its write', () => cut.writes.length === 1)
   t.ok(cut.writes[0].live)
@@ -397,7 +407,6 @@ t.test('closed by its page, or everyone gone during a read, the hub reads no mor
   hub.wake()
   release()
   await until('x given, with no poll (60 s) or notification', () => c.given.includes(x), 10_000)
-
   await idle()
   release = holdReads()
   readsBefore = reads.length
