@@ -184,15 +184,12 @@ export class FeedHub {
     // Its cursor passed by a prune while it waited to catch up, or before the shared reader read a
     // change written with an old time: the page starts after changes it will never be given. (No
     // cursor yet: its first page is the oldest kept, whatever was pruned before.)
-    // Stryker disable next-line ConditionalExpression: equivalent: a bigint is never < undefined
     if (pruned !== undefined && cursor !== -1n && cursor < pruned) {
       subscriber.missed(pruned)
       return
     }
-    // Stryker disable next-line EqualityOperator: equivalent: a page read after a change's id never holds it, and the cursors of the pages read from further back are horizons less one (xmin × 65536 − 1), never a change's id
     const due = changes.filter((change) => change.id > cursor && (resourceId === undefined || change.resourceId === resourceId))
     if (due.length > 0) subscriber.write(due, live)
-    // Stryker disable next-line EqualityOperator: equivalent: sets the value it has
     if (through > subscriber.after) subscriber.after = through
   }
 }

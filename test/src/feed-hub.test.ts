@@ -428,3 +428,30 @@ t.test('nothing held back, or closed by its page, or everyone gone during a read
   await sleep(50)
   t.equal(reads.length, readsBefore, 'closed: no read, whoever was live')
 })
+
+t.test('a subscriber whose cursor names a change not yet committed is not given that change once it commits; one behind it is', async (t) => {
+  const { pool, hub, record, firstPage, idle } = await setUp(t)
+  const first = consumer()
+  await hub.follow(first.subscriber, await firstPage())
+  await idle()
+  const held = await pool.connect()
+  try {
+    await held.query('BEGIN')
+    const { rows: [{ id }] } = await held.query<{ id: string }>(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+      VALUES ('orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'held') RETURNING id`)
+    // A consumer may name any cursor (after=): this one names the change not readable yet, and
+    // joins ahead of the shared reader.
+    const second = consumer()
+    second.subscriber.after = BigInt(id)
+    await hub.follow(second.subscriber, await readFeed(pool, { after: id, limit: PAGE_SIZE }, { prepared: false }))
+    t.equal(second.subscriber.after, BigInt(id), 'its cursor where it named it')
+    await held.query('COMMIT')
+    const [next] = await record(1, 0)
+    hub.wake()
+    await until('both given the next change', () => first.given.includes(next) && second.given.includes(next))
+    t.same(first.given, [id, next])
+    t.same(second.given, [next], 'not the change its cursor names')
+  } finally {
+    held.release()
+  }
+})

@@ -92,7 +92,6 @@ class EventStream implements FeedSubscriber, OpenStream {
 
   /** Resolves once the consumer has taken at least half of what waits for it, or the stream closed. */
   async room (): Promise<void> {
-    // Stryker disable next-line EqualityOperator: equivalent but for a byte count exactly at the half, which waits one check (100 ms) more
     while (!this.closed && this.waiting > this.bufferBytes / 2) {
       // 'drain' comes only after a write the socket refused; the timer covers bytes it took. Each
       // wait leaves nothing behind when it ends (its listeners, its timer): a consumer that takes
@@ -120,7 +119,6 @@ class EventStream implements FeedSubscriber, OpenStream {
   }
 
   #push (bytes: Buffer): void {
-    // Stryker disable next-line ConditionalExpression: equivalent: a closed stream's body is read by nobody, and nothing is pushed after its end (the heartbeat, the writes and the hub look at closed first)
     if (this.closed) return
     this.body.push(bytes)
     this.#pushed += bytes.length
