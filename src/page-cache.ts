@@ -50,7 +50,7 @@ export class PageCache {
     this.#remove(key)
     const size = sizeOf(key, page)
     if (size * 4 > this.#maxBytes) return
-    this.#pages.set(key, page)
+    this.#pages.set(key, ownsItsMemory(page.body) ? page : { version: page.version, body: copyOf(page.body) })
     this.#bytes += size
     for (const [oldest, kept] of this.#pages) {
       if (this.#bytes <= this.#maxBytes) break
@@ -66,3 +66,13 @@ export class PageCache {
 }
 
 const sizeOf = (key: string, page: KeptPage) => page.body.length + 2 * (key.length + page.version.length) + ENTRY_BYTES
+
+// A small Buffer.from() is a slice of a block of 8 KiB that Node shares between buffers: kept, a
+// page of a few hundred bytes would keep the whole block alive, outside the budget.
+const ownsItsMemory = (body: Buffer) => body.byteOffset === 0 && body.byteLength === body.buffer.byteLength
+
+function copyOf (body: Buffer): Buffer {
+  const copy = Buffer.allocUnsafeSlow(body.byteLength)
+  body.copy(copy)
+  return copy
+}

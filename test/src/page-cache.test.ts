@@ -17,6 +17,21 @@ t.test('a page built is kept under its key, and served as kept', async (t) => {
   t.same({ hits: cache.hits, misses: cache.misses }, { hits: 1, misses: 1 })
 })
 
+t.test('a small page cut out of a block Node shares between buffers is kept in memory of its own; a page in its own is kept as it is', async (t) => {
+  const cache = new PageCache(100_000)
+  const small = { version: '7', body: Buffer.from('[{"permission_id":"p_read_orders"}]') }
+  t.ok(small.body.buffer.byteLength > small.body.byteLength, 'Buffer.from() of a short text: a slice of a shared block')
+  cache.built('a', small)
+  const kept = cache.candidate('a')!
+  t.equal(kept.body.buffer.byteLength, small.body.byteLength, 'kept: no more memory than its bytes')
+  t.equal(kept.body.toString(), small.body.toString())
+  t.equal(kept.version, '7')
+  t.equal(cache.bytes, sizeOf('a', small))
+  const own = pageOf('8', 5_000)
+  cache.built('b', own)
+  t.equal(cache.candidate('b'), own, 'already its own: not copied')
+})
+
 t.test('a page built again replaces the one kept, and its bytes', async (t) => {
   const cache = new PageCache(10_000)
   cache.built('a', pageOf('7', 100))
