@@ -72,6 +72,15 @@ function changesBeyondSocketBuffers (): number {
   return Math.ceil(Math.max(10 * 1024 ** 2, 2 * sendBufferMax + 4 * 1024 ** 2) / 2100)
 }
 
+/** Records changesBeyondSocketBuffers() changes, by SQL; how many the feed then holds in all. */
+async function recordBeyondSocketBuffers (harness: Harness): Promise<number> {
+  await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+    SELECT 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'many-' || n
+    FROM generate_series(1, $1::int) AS n`, [changesBeyondSocketBuffers()])
+  const { rows: [{ recorded }] } = await harness.db.query<{ recorded: number }>('SELECT count(*)::int AS recorded FROM permission_changes')
+  return recorded
+}
+
 const ids = (events: ReadonlyArray<{ id?: string }>) => events.map(({ id }) => id)
 const increasing = (list: ReadonlyArray<string | undefined>) => list.every((id, index) => index === 0 || BigInt(id!) > BigInt(list[index - 1]!))
 
@@ -350,10 +359,7 @@ t.test('a consumer that takes nothing of what waits for it for FEED_STALL_TIMEOU
   const logs = captureLogs()
   const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', FEED_HEARTBEAT_MS: '200', FEED_STALL_TIMEOUT_MS: '1000', LOG_LEVEL: 'info' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
-  await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
-    SELECT 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'many-' || n
-    FROM generate_series(1, $1::int) AS n`, [changesBeyondSocketBuffers()])
-  const { rows: [{ recorded }] } = await harness.db.query<{ recorded: number }>('SELECT count(*)::int AS recorded FROM permission_changes')
+  const recorded = await recordBeyondSocketBuffers(harness)
   const stalled = await stream(t, harness, '', { paused: true })
   const reader = await stream(t, harness)
   await until('the stalled consumer cut', () => harness.app.feed.streams === 1, 60_000)
@@ -391,10 +397,7 @@ t.test('reads failing: a stream catching up ends cleanly (its consumer resumes),
   const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', LOG_LEVEL: 'info' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
   const live = await stream(t, harness)
-  await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
-    SELECT 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'many-' || n
-    FROM generate_series(1, $1::int) AS n`, [changesBeyondSocketBuffers()])
-  const { rows: [{ recorded }] } = await harness.db.query<{ recorded: number }>('SELECT count(*)::int AS recorded FROM permission_changes')
+  const recorded = await recordBeyondSocketBuffers(harness)
   const catchingUp = await stream(t, harness, '', { paused: true })
   await live.until('every change, live', () => live.events.length >= recorded, 60_000)
 

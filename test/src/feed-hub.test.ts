@@ -117,16 +117,22 @@ async function setUp (t: Test, { pollMs = 60_000, failingReads = 0 }: HubSetting
   /** Until the hub has no read under way. */
   const idle = () => until('the hub idle', () => inFlight === 0)
   const firstPage = () => readFeed(pool, { limit: PAGE_SIZE }, { prepared: false })
-  /** Holds the hub's reads once they have their page, until the function returned is called. */
-  const holdReads = () => {
+  /**
+   * Wakes the hub and waits until its read is under way; that read, and any after it, is held once
+   * it has its page, until the function returned is called.
+   */
+  const heldRead = async () => {
     let open = () => {}
     gate = new Promise((resolve) => { open = resolve })
+    const before = reads.length
+    hub.wake()
+    await until('a read under way', () => reads.length > before)
     return () => {
       gate = undefined
       open()
     }
   }
-  return { pool, hub, record, firstPage, errors, reads, idle, holdReads }
+  return { pool, hub, record, firstPage, errors, reads, idle, heldRead }
 }
 
 t.test('catching up: a prune that passes the cursor while the consumer is slow ends it, after what it was given; nothing past the gap', async (t) => {
@@ -371,7 +377,7 @@ t.test('a subscriber at the shared reader\'s cursor joins it with no read of its
 })
 
 t.test('nothing held back, or closed by its page, or everyone gone during a read, the hub reads no more; a wake during a read reads again once it ends; closed, the hub reads nothing', async (t) => {
-  const { hub, record, firstPage, reads, idle, holdReads } = await setUp(t)
+  const { hub, record, firstPage, reads, idle, heldRead } = await setUp(t)
   // Joined, the shared reader reads once (its joining's wake); nothing held back, no read after it
   // until a wake (the poll is a minute away).
   const first = consumer()
@@ -399,21 +405,16 @@ t.test('nothing held back, or closed by its page, or everyone gone during a read
   const c = consumer()
   await hub.follow(c.subscriber, await firstPage())
   await idle()
-  let release = holdReads()
-  readsBefore = reads.length
-  hub.wake()
-  await until('a read under way', () => reads.length > readsBefore)
+  const releaseFirst = await heldRead()
   const [x] = await record(1, 0)
   hub.wake()
-  release()
+  releaseFirst()
   await until('x given, with no poll (60 s) or notification', () => c.given.includes(x), 10_000)
   await idle()
-  release = holdReads()
   readsBefore = reads.length
-  hub.wake()
-  await until('a read under way', () => reads.length > readsBefore)
+  const releaseSecond = await heldRead()
   hub.unfollow(c.subscriber)
-  release()
+  releaseSecond()
   await idle()
   await sleep(50)
   t.equal(reads.length, readsBefore + 1, 'nobody left after the read: none after it')
