@@ -4,6 +4,7 @@
 // is then how long ago the primary was at a position it has not replayed.
 import { EventEmitter } from 'node:events'
 import { performance } from 'node:perf_hooks'
+import type pg from 'pg'
 import { isDatabaseUnavailable, overloadReasonOf } from './errors.js'
 import { parseLsn } from './lsn.js'
 import { DatabasePool, type DatabasePoolOptions } from './pool.js'
@@ -167,6 +168,36 @@ export class ReplicaSet extends EventEmitter {
     if (fresh.length === 0) return after !== undefined ? 'behind_token' : 'lagging'
     this.#next = (this.#next + 1) % fresh.length
     return fresh[this.#next]
+  }
+}
+
+// Where the server has replayed, NULL when it is not a standby; sent with the transaction's BEGIN
+// in one round trip.
+const REPLAYED = 'BEGIN; SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() END)::text AS lsn'
+
+/**
+ * Runs `run` on a connection of `pool` only if its server had replayed `after` before `run`
+ * began; undefined if not (or if it is not a standby). Asked first, in a statement of its own: a
+ * position read by the read's own statement is read after its snapshot, so replay may pass
+ * `after` while the statement runs and the state shown still be older. What the probe last saw is
+ * not enough either: a standby restarted, or another one behind the same URL, may be behind its
+ * former self. Both in one transaction, so that a transaction pooler keeps them on one server
+ * connection (READ COMMITTED: each statement's snapshot is its own, taken when it starts).
+ */
+export async function readIfReplayed<T> (pool: DatabasePool, after: bigint, run: (db: pg.PoolClient) => Promise<T>): Promise<T | undefined> {
+  const client = await pool.connect()
+  try {
+    // A multi-statement query answers a result per statement.
+    const [, { rows: [row] }] = await client.query(REPLAYED) as unknown as [pg.QueryResult, pg.QueryResult<{ lsn: string | null }>]
+    const replayed = row.lsn === null ? undefined : parseLsn(row.lsn)!
+    const result = replayed !== undefined && replayed >= after ? await run(client) : undefined
+    await client.query('COMMIT')
+    client.release()
+    return result
+  } catch (error) {
+    // The client is dropped: its transaction may be open, or its connection gone.
+    client.release(error as Error)
+    throw error
   }
 }
 

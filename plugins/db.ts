@@ -15,7 +15,7 @@ import { type ChangeHistoryInput, type ChangeHistoryPage, listPermissionChanges 
 import { type ListGrantedPermissionsInput, listGrantedPermissions, type PermissionPage } from '../db/queries/list.js'
 import { ping, type Queryable } from '../db/queries/statement.js'
 import { parseLsn } from '../db/lsn.js'
-import { recoveryConflict, ReplicaSet, replicaFailed } from '../db/replicas.js'
+import { readIfReplayed, recoveryConflict, ReplicaSet, replicaFailed } from '../db/replicas.js'
 import { replicaUrlsOf } from '../src/config.js'
 import { migrationsDir } from '../src/project-root.js'
 
@@ -171,8 +171,9 @@ function boundQueries (pool: DatabasePool, read: Read, change: ChangeOptions): Q
 /**
  * Reads with replicas: on one that may answer (ReplicaSet.choose), else on the primary. A replica
  * that fails the read (unreachable, or too slow) is marked down and the read goes to the primary;
- * one that cancels it in a conflict with its recovery is not, but the primary answers; an answer
- * older than the request needs (its token, or `satisfied`) is asked of the primary again.
+ * one that cancels it in a conflict with its recovery is not, but the primary answers. A replica
+ * found behind the request's token before it reads, or whose answer is older than `satisfied`
+ * allows, leaves the read to the primary.
  */
 function readAnywhere (primary: DatabasePool, replicas: ReplicaSet): Read {
   return async function read<T extends { position?: string }> (run: (db: Queryable, position: boolean) => Promise<T>, { after, satisfied }: ReadOptions<T> = {}): Promise<T> {
@@ -183,16 +184,16 @@ function readAnywhere (primary: DatabasePool, replicas: ReplicaSet): Read {
     if (typeof replica === 'string') reason = replica
     else {
       try {
-        const result = await run(replica.pool, true)
-        const position = parseLsn(result.position!)!
-        replicas.observed(replica, position)
-        // Checked on the answer itself: what the probe last saw may no longer hold (a standby
-        // restarted, or another one behind the same URL).
-        if (after !== undefined && position < after) reason = 'behind_token'
-        else if (satisfied && !satisfied(result)) reason = 'behind_version'
+        // With a token, the replica is asked again where it stands before it reads (readIfReplayed).
+        const result = after === undefined ? await run(replica.pool, true) : await readIfReplayed(replica.pool, after, (db) => run(db, true))
+        if (result === undefined) reason = 'behind_token'
         else {
-          replicas.emit('read', replica.name)
-          return result
+          replicas.observed(replica, parseLsn(result.position!)!)
+          if (satisfied && !satisfied(result)) reason = 'behind_version'
+          else {
+            replicas.emit('read', replica.name)
+            return result
+          }
         }
       } catch (error) {
         if (recoveryConflict(error)) reason = 'recovery_conflict'

@@ -8,7 +8,8 @@ import t, { type Test } from 'tap'
 import { ConnectionWaitTimeout } from '../../db/errors.js'
 import { freePort } from '../../db/embedded-postgres.js'
 import { parseLsn } from '../../db/lsn.js'
-import { recoveryConflict, type Replica, replicaFailed, ReplicaSet, type ReplicaSetOptions } from '../../db/replicas.js'
+import { DatabasePool } from '../../db/pool.js'
+import { readIfReplayed, recoveryConflict, type Replica, replicaFailed, ReplicaSet, type ReplicaSetOptions } from '../../db/replicas.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 
 skipUnlessPostgresServer(t, 'the replica set test')
@@ -227,6 +228,43 @@ t.test('closed: its pools are ended and no probe runs again, even when closed du
     t.equal(set.primaryReachable, true, `${when}: no probe after the close asked the primary through its ended pool`)
     await t.rejects(set.replicas[0].pool.query('SELECT 1'), `${when}: the replica's pool is ended`)
   }
+})
+
+/** A pool of one connection, so that what one read leaves on it is what the next one finds. */
+function onePool (t: Test, connectionString: string): DatabasePool {
+  const pool = new DatabasePool({ connectionString, max: 1, connectionWaitMs: 5000, queryTimeoutMs: 5000 })
+  t.teardown(() => pool.end())
+  return pool
+}
+
+t.test('readIfReplayed: the read runs only where the position was replayed before it, in a transaction of its own', async (t) => {
+  const pool = onePool(t, cluster.replicaUrl)
+  await cluster.waitForReplay()
+  const replayed = parseLsn((await pool.query('SELECT pg_last_wal_replay_lsn()::text AS lsn')).rows[0].lsn)!
+  const read = await readIfReplayed(pool, replayed, async (db) => {
+    const first = await db.query('SELECT now()::text AS began')
+    const second = await db.query('SELECT now()::text AS began')
+    return [first.rows[0].began, second.rows[0].began]
+  })
+  t.ok(read, 'a position it has replayed: read')
+  t.equal(read![0], read![1], 'one transaction (now() is when it began)')
+  const { rows: [{ own }] } = await pool.query('SELECT now() = statement_timestamp() AS own')
+  t.equal(own, true, 'the connection is back in the pool with its transaction ended: the next statement begins one of its own')
+  t.equal(await readIfReplayed(pool, replayed + 1n, async () => t.fail('read past what it had replayed')), undefined,
+    'a position past it: no read')
+})
+
+t.test('readIfReplayed: replay paused behind a write, no read; a server that is not a standby, no read; a failed read drops its connection', async (t) => {
+  const replica = onePool(t, cluster.replicaUrl)
+  await stallReplayBehindAWrite(t)
+  t.equal(await readIfReplayed(replica, await primaryLsn(), async () => t.fail('read on a replica behind')), undefined)
+  const notAStandby = onePool(t, cluster.primaryUrl)
+  t.equal(await readIfReplayed(notAStandby, 0n, async () => t.fail('read on the primary as a replica')), undefined,
+    'the primary named as a replica: never read, whatever the position')
+  const pid = (await replica.query('SELECT pg_backend_pid() AS pid')).rows[0].pid
+  await t.rejects(readIfReplayed(replica, 0n, (db) => db.query('SELECT * FROM no_such_table')), { code: '42P01' }, 'the read\'s error')
+  t.equal(replica.totalCount, 0, 'its connection, in an aborted transaction, is not pooled again')
+  t.not((await replica.query('SELECT pg_backend_pid() AS pid')).rows[0].pid, pid)
 })
 
 t.test('a replica\'s failure or a conflict with its recovery, told from a request\'s own error', async (t) => {

@@ -5,10 +5,10 @@
 import { execFileSync } from 'node:child_process'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
-import Fastify from 'fastify'
+import Fastify, { type FastifyInstance } from 'fastify'
 import pg from 'pg'
 import t, { type Test } from 'tap'
-import { parseLsn } from '../../db/lsn.js'
+import { parseLsn, positionColumn } from '../../db/lsn.js'
 import { seedDatabase } from '../../db/seed.js'
 import app, { serverOptions } from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
@@ -22,7 +22,7 @@ skipUnlessPostgresServer(t, 'the replica test')
 const cluster = await replicatedPostgres(t)
 const readWrite = token({ scope: 'read:resource delete:resource create:resource' }, { expiresIn: 3600 })
 
-interface Service { url: string, logs: CapturedLogs }
+interface Service { url: string, logs: CapturedLogs, app: FastifyInstance }
 
 /** The real app on the primary, with the replica for reads. */
 async function service (t: Test, env: Record<string, string> = {}): Promise<Service> {
@@ -40,7 +40,7 @@ async function service (t: Test, env: Record<string, string> = {}): Promise<Serv
   await fastify.register(app, { config })
   await fastify.listen({ host: '127.0.0.1', port: 0 })
   t.teardown(() => fastify.close())
-  return { url: `http://127.0.0.1:${(fastify.server.address() as AddressInfo).port}`, logs }
+  return { url: `http://127.0.0.1:${(fastify.server.address() as AddressInfo).port}`, logs, app: fastify }
 }
 
 interface Answer { status: number, headers: Headers, body: unknown }
@@ -279,6 +279,40 @@ t.test('a primary restarted after a crash (its own recovery behind it): its toke
   t.ok(parseLsn(read.headers.get('consistency-token')!)! >= written, 'the primary\'s answer carries a token at least as new')
   await cluster.resumeReplay()
   await cluster.waitForReplay()
+})
+
+t.test('a replica believed past the token but behind it when read: its position is asked before the read, so replay during the read passes no older state', async (t) => {
+  const { app } = relaxed
+  const [replica] = app.replicas!.replicas
+  await cluster.waitForReplay()
+  await until('the replica is up', async () => replica.up)
+  await cluster.pauseReplay()
+  t.teardown(() => cluster.resumeReplay())
+  const granted = await call(relaxed, 'POST', ordersPath('app-b'), {}, ['p_update_refunds'])
+  t.equal(granted.status, 204)
+  t.teardown(() => call(relaxed, 'DELETE', ordersPath('app-b'), {}, ['p_update_refunds']))
+  const consistency = parseLsn(granted.headers.get('consistency-token')!)!
+  await cluster.waitForReceive()
+  // What the set would believe of a standby restarted unnoticed, or of another one behind the same
+  // URL: that it has replayed the token.
+  app.replicas!.observed(replica, consistency)
+  const fallbacks: string[] = []
+  const onFallback = (reason: string) => fallbacks.push(reason)
+  app.replicas!.on('fallback', onFallback)
+  t.teardown(() => { app.replicas!.off('fallback', onFallback) })
+  // The statement's snapshot is taken before replay resumes; its position column is read after.
+  const read = app.read(async (db) => {
+    const { rows: [row] } = await db.query<{ granted: number, position: string }>(
+      `WITH shown AS MATERIALIZED (SELECT count(*)::int AS granted FROM grants WHERE client_id = 'app-b' AND permission_id = 'p_update_refunds')
+       SELECT granted, pg_sleep(0.6) IS NULL AS slept, ${positionColumn} FROM shown`)
+    return row
+  }, { after: consistency })
+  await sleep(200)
+  await cluster.resumeReplay()
+  const answer = await read
+  t.equal(answer.granted, 1, 'the grant the token names is seen')
+  t.ok(parseLsn(answer.position)! >= consistency)
+  t.same(fallbacks, ['behind_token'], 'the replica, asked first, had not replayed the token: the primary answered')
 })
 
 // Last: prom-client's registry is one per process, and the newest app's counters are the ones served.
