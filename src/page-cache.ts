@@ -2,7 +2,9 @@
 // version of the page kept for it, and the database builds and sends the page only when the
 // authorization is at another (db/queries/list.ts). The version changes whenever a page would read
 // differently (migrations 0004, 0009), so a kept page is never served stale, whichever instance or
-// writer changed the grants. What it saves is the page's JSON, built by PostgreSQL and carried to
+// writer changed the grants, as long as the database never issues a version twice: after a
+// failover that lost commits, or a restore to an earlier point, restart the instances
+// (docs/scaling.md). What it saves is the page's JSON, built by PostgreSQL and carried to
 // the service, on every read of a page that has not changed (docs/performance.md).
 
 /** A page's bytes as sent, and the version they are of. */
