@@ -40,6 +40,16 @@ export const publicRoute = { public: true } as const
 // Clocks of the token issuer and of this service may disagree a little.
 const CLOCK_TOLERANCE_MS = 30_000
 
+/**
+ * Until when (ms since the epoch) the request's token is accepted: its `exp`, with the tolerance
+ * every check allows; Infinity without a token (a public route). What a request opens, a change
+ * feed stream, lives no longer.
+ */
+export function tokenAcceptedUntil (request: FastifyRequest): number {
+  const exp = (request.user as { exp?: unknown } | undefined)?.exp
+  return typeof exp === 'number' ? exp * 1000 + CLOCK_TOLERANCE_MS : Infinity
+}
+
 const TOKEN_CACHE_SIZE = 1000
 const TOKEN_CACHE_TTL_MS = 60_000
 // A longer token is verified every time rather than kept by its text (a header may hold 16 KiB).
@@ -136,6 +146,10 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
       // fast-jwt checks iss and aud only when present: configured, they must also be required.
       requiredClaims: ['exp', ...(issuer ? ['iss'] : []), ...(audience ? ['aud'] : [])],
       clockTolerance: CLOCK_TOLERANCE_MS,
+      // fast-jwt keeps a refusal for as long as the tolerance: a token refused as not valid yet
+      // (nbf) would stay refused that long after it became valid. Other refusals do not change
+      // with time, but a refusal costs no signature check to repeat (the token's text decides).
+      errorCacheTTL: (error: TokenError) => error.code === TokenError.codes.inactive ? -CLOCK_TOLERANCE_MS - 1 : -1,
       // Verified tokens are remembered (keyed by a hash of the token) until their exp/nbf change
       // the answer, and at most a minute, so a key withdrawn from the key set stops working soon.
       // Signature checks were most of the CPU of a request (RS256: ~40 µs).

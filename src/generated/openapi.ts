@@ -50,6 +50,10 @@ export interface paths {
          *     wait for it besides the last page it was given, and resumes with `Last-Event-ID`; so is one
          *     that takes none of what waits for it for `FEED_STALL_TIMEOUT_MS` (60 s); beyond `FEED_MAX_STREAMS` open streams on a replica a
          *     new one answers 503 `overloaded`; on shutdown streams end, and clients reconnect elsewhere.
+         *     A stream lives no longer than the token that opened it: once the token is no longer
+         *     accepted (its `exp`, with the 30 s of clock tolerance every check allows), the stream ends
+         *     at its next heartbeat, cleanly, and the client resumes with `Last-Event-ID` and a token
+         *     that is still good.
          *
          *     **Retention.** The prune command deletes old changes; a cursor older than the newest change
          *     it deleted answers 410 `changes-pruned`, instead of continuing past the gap. Without

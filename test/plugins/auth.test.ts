@@ -6,6 +6,7 @@ import type { ObservedResponse } from '../support/contract.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import auth, { VerifiedTokens } from '../../plugins/auth/index.js'
 import { build, type Harness } from '../support/harness.js'
+import { until } from '../support/waiting.js'
 import { craftedToken, ecKeyPair, inOneMinute, now, readToken, rsaKeyPair, TEST_SECRET, token } from '../support/tokens.js'
 
 const harness = await build(t)
@@ -149,6 +150,14 @@ t.test('not before: nbf 40 s ahead → 401 not valid yet (never 500); 10 s ahead
   t.equal(skewed.status, 200, 'nbf in 10 s')
   const past = await get(bearer(token({ scope: 'read:resource', nbf: now() - 60 })))
   t.equal(past.status, 200, 'nbf a minute ago')
+})
+
+t.test('a token refused as not valid yet is accepted as soon as its nbf comes within the tolerance: the refusal is not kept', async (t) => {
+  // nbf 31 s ahead: refused for about another second under the 30 s tolerance.
+  const early = token({ scope: 'read:resource', nbf: now() + 31 })
+  isInvalidToken(t, await get(bearer(early)), 'nbf in 31 s', 'The access token is not valid yet')
+  await until('the same token accepted', async () => (await get(bearer(early))).status === 200, 10_000)
+  t.pass('accepted once valid')
 })
 
 t.test('an unsigned alg:none token → 401 invalid_token', async (t) => {

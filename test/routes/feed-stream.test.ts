@@ -380,6 +380,22 @@ t.test('a consumer that takes nothing of what waits for it for FEED_STALL_TIMEOU
   await until('no stream counted', () => harness.app.feed.streams === 0)
 })
 
+t.test('a stream ends, cleanly, once the token that opened it is no longer accepted; one opened with a good token goes on', async (t) => {
+  const logs = captureLogs()
+  const harness = await build(t, { FEED_HEARTBEAT_MS: '100', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  // exp 27 s ago: accepted for about 3 s more, within the 30 s of clock tolerance every check allows.
+  const expiring = token({ scope: 'read:resource' }, { expiresIn: -27 })
+  const s = await stream(t, harness, '', { headers: { authorization: `Bearer ${expiring}` } })
+  t.equal(s.status, 200)
+  const good = await stream(t, harness)
+  t.equal(await s.finished, 'end', 'ended with its last chunk, not cut: the consumer resumes')
+  t.ok(logs.lines.some((line) => line.msg === 'change feed: the token that opened the stream expired; ended (the consumer resumes with a fresh one)'), 'logged')
+  t.equal((await harness.request('/permission_changes', { token: expiring })).status, 401, 'the token is refused now')
+  await until('one stream counted', () => harness.app.feed.streams === 1)
+  t.equal(good.outcome, undefined, 'the stream opened with a good token is still open')
+  t.equal(harness.app.feed.cut, 0, 'not counted as a consumer cut for its pace')
+})
+
 t.test('a cursor past every change: the stream is given none of the changes below it, live', async (t) => {
   const harness = await build(t)
   await harness.seed(ordersFixture())

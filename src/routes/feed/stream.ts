@@ -13,6 +13,7 @@ import { Readable } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { FEED_PAGE_SIZE, HEARTBEAT, RECONNECT_AFTER } from '../../feed-events.js'
 import type { EncodedChange, FeedSubscriber } from '../../feed-hub.js'
+import { tokenAcceptedUntil } from '../../../plugins/auth/index.js'
 import type { OpenStream } from '../../../plugins/feed.js'
 import { assertNotPruned } from './pruned.js'
 
@@ -44,8 +45,11 @@ class EventStream implements FeedSubscriber, OpenStream {
     private readonly response: ServerResponse,
     private readonly bufferBytes: number,
     private readonly stallTimeoutMs: number,
+    /** When the token that opened the stream stops being accepted (ms since the epoch). */
+    private readonly acceptedUntil: number,
     private readonly onTooSlow: (reason: 'behind' | 'stalled') => void,
-    private readonly onPruned: (prunedThrough: bigint) => void
+    private readonly onPruned: (prunedThrough: bigint) => void,
+    private readonly onExpired: () => void
   ) {
     this.after = after === undefined ? -1n : BigInt(after)
   }
@@ -70,12 +74,19 @@ class EventStream implements FeedSubscriber, OpenStream {
   // its connection is (a consumer gone is not one that stopped reading).
   heartbeat (): void {
     if (!this.#started || this.closed || this.response.destroyed) return
+    const now = Date.now()
+    // Checked as a request would be: a stream lives no longer than the token that opened it. It
+    // ends cleanly, and its consumer resumes with Last-Event-ID and a token that is still good.
+    if (now >= this.acceptedUntil) {
+      this.onExpired()
+      this.end()
+      return
+    }
     const waiting = this.waiting
     // What the socket handed to the kernel. The response's own framing (its head, chunk sizes)
     // counts in `waiting` and not in #pushed, so this may dip: only a new high is progress. The
     // kernel lets more in only once a third of its buffer is free, so progress comes in steps.
     const taken = this.#pushed - waiting
-    const now = Date.now()
     if (waiting === 0 || taken > this.#taken) {
       this.#taken = Math.max(taken, this.#taken)
       this.#takenSince = now
@@ -160,6 +171,7 @@ export interface StreamRequest {
 export async function streamFeed (fastify: FastifyInstance, request: FastifyRequest, reply: FastifyReply, { after, resourceId }: StreamRequest) {
   const { feed, config } = fastify
   const stream = new EventStream(resourceId, after, reply.raw, config.FEED_STREAM_BUFFER_BYTES, config.FEED_STALL_TIMEOUT_MS,
+    tokenAcceptedUntil(request),
     (reason) => {
       feed.tooSlow()
       if (reason === 'behind') {
@@ -172,6 +184,9 @@ export async function streamFeed (fastify: FastifyInstance, request: FastifyRequ
     (prunedThrough) => {
       request.log.info({ after: String(stream.after), prunedThrough: String(prunedThrough) },
         'change feed: changes the stream had yet to send were pruned; ended (resuming, the consumer gets 410)')
+    },
+    () => {
+      request.log.info({ after: String(stream.after) }, 'change feed: the token that opened the stream expired; ended (the consumer resumes with a fresh one)')
     })
   feed.admit(stream)
   // Before anything is awaited: a consumer gone during the first read is counted out too. One
