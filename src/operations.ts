@@ -28,7 +28,8 @@ function withoutExamples (value: Json): Json {
 
 function parametersSchema (parameters: JsonObject[], location: string): JsonObject | undefined {
   const matching = parameters.filter((parameter) => parameter.in === location)
-  if (matching.length === 0) return undefined
+  // An operation without query parameters still gets a query schema: one that refuses any.
+  if (matching.length === 0 && location !== 'query') return undefined
   const properties: JsonObject = {}
   const required: string[] = []
   for (const parameter of matching) {

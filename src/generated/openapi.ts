@@ -652,6 +652,7 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["Health"];
+            400: components["responses"]["BadRequest"];
             408: components["responses"]["RequestTimeout"];
             431: components["responses"]["HeadersTooLarge"];
         };
@@ -813,6 +814,7 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["Health"];
+            400: components["responses"]["BadRequest"];
             408: components["responses"]["RequestTimeout"];
             431: components["responses"]["HeadersTooLarge"];
             503: components["responses"]["ServiceUnavailable"];

@@ -185,6 +185,11 @@ export const operations = {
           "client_id"
         ]
       },
+      "querystring": {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": false
+      },
       "headers": {
         "type": "object",
         "properties": {
@@ -269,6 +274,11 @@ export const operations = {
           "resource_id",
           "client_id"
         ]
+      },
+      "querystring": {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": false
       },
       "headers": {
         "type": "object",
@@ -627,10 +637,16 @@ export const operations = {
     },
     "statuses": [
       200,
+      400,
       408,
       431
     ],
     "schema": {
+      "querystring": {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": false
+      },
       "response": {
         "200": {
           "type": "object",
@@ -660,11 +676,17 @@ export const operations = {
     },
     "statuses": [
       200,
+      400,
       408,
       431,
       503
     ],
     "schema": {
+      "querystring": {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": false
+      },
       "response": {
         "200": {
           "type": "object",
@@ -713,6 +735,11 @@ export const operations = {
         "required": [
           "name"
         ]
+      },
+      "querystring": {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": false
       },
       "response": {
         "200": {

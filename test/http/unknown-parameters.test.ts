@@ -4,7 +4,7 @@
 import t, { type Test } from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
-import { readToken } from '../support/tokens.js'
+import { readToken, token as signed } from '../support/tokens.js'
 
 const harness = await build(t)
 await harness.seed(ordersFixture())
@@ -75,4 +75,19 @@ t.test('a history: ?cursor → before, its own cursor; ?page and ?since, which i
     const problem = await refused(t, `${history}?${name}=1`)
     t.equal(problem.errors[0].message, 'is not a parameter of this operation', name)
   }
+})
+
+t.test('an operation with no query parameters refuses any: a DELETE or POST with ?dry_run=true → 400 naming it, and nothing changes', async (t) => {
+  const token = signed({ scope: 'read:resource delete:resource create:resource' })
+  const before = await harness.request(ordersPath(), { token: readToken() })
+  for (const [method, ids] of [['DELETE', ['p_read_orders']], ['POST', ['p_update_refunds']]] as const) {
+    const res = await harness.request(`${ordersPath()}?dry_run=true`, { method, token, json: [...ids] })
+    t.equal(res.status, 400, method)
+    t.same((res.body as ValidationProblem).errors, [{ location: 'query', pointer: '/dry_run', message: 'is not a parameter of this operation' }], method)
+  }
+  const after = await harness.request(ordersPath(), { token: readToken() })
+  t.same(after.body, before.body, 'the grants are as they were')
+  t.equal(after.headers.get('etag'), before.headers.get('etag'))
+  const probe = await harness.request('/healthz?verbose=1')
+  t.equal(probe.status, 400, 'the same for a public operation')
 })
