@@ -37,6 +37,8 @@ export function jwksOverNetworkHttp (config: Pick<Config, 'JWKS_URL'>): boolean 
   return !isLoopback(new URL(config.JWKS_URL).hostname)
 }
 
+const MIN_RSA_BITS = 2048
+
 /**
  * The verification key the configuration names. Algorithms are pinned to the key's type, so a
  * token signed HS256 with the public key as its secret (algorithm confusion) can never verify.
@@ -66,7 +68,12 @@ export function jwtKeyOf (config: Config): JwtKey | undefined {
   } catch {
     throw new Error('Invalid configuration: JWT_PUBLIC_KEY is not a PEM public key')
   }
-  if (key.asymmetricKeyType === 'rsa') return { kind: 'public-key', algorithms: ['RS256'], publicKey }
+  if (key.asymmetricKeyType === 'rsa') {
+    // RFC 7518 §3.3; the key set's keys (JWKS_URL) are held to the same.
+    const bits = key.asymmetricKeyDetails?.modulusLength ?? 0
+    if (bits < MIN_RSA_BITS) throw new Error(`Invalid configuration: JWT_PUBLIC_KEY is an RSA key of ${bits} bits; RS256 needs ${MIN_RSA_BITS} or more`)
+    return { kind: 'public-key', algorithms: ['RS256'], publicKey }
+  }
   // Stryker disable next-line OptionalChaining: Node describes every EC key it loads, its curve included
   if (key.asymmetricKeyType === 'ec' && key.asymmetricKeyDetails?.namedCurve === 'prime256v1') {
     return { kind: 'public-key', algorithms: ['ES256'], publicKey }

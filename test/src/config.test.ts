@@ -252,6 +252,8 @@ t.test('locally nothing more is required to start; each key source pins its algo
     t.throws(() => jwtKeyOf(loadConfig({ JWT_PUBLIC_KEY: publicKey })),
       /^Invalid configuration: JWT_PUBLIC_KEY must be an RSA key \(RS256\) or a P-256 EC key \(ES256\)$/, label)
   }
+  t.throws(() => jwtKeyOf(loadConfig({ JWT_PUBLIC_KEY: pemOf(generateKeyPairSync('rsa', { modulusLength: 2040 }).publicKey) })),
+    /^Invalid configuration: JWT_PUBLIC_KEY is an RSA key of 2040 bits; RS256 needs 2048 or more$/, 'an RSA key under 2048 bits (RFC 7518 §3.3)')
 })
 
 /**
