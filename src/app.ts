@@ -71,9 +71,10 @@ export function serverOptions (config: Config, { stdoutIsTerminal = false, trace
       // default), so a request is timed out within a second of its bound.
       connectionsCheckingInterval: 1000
     },
-    // The router's default of 100 would answer a long id with 404 before auth and validation;
-    // any id that fits in a request line reaches the schema's maxLength instead.
-    routerOptions: { maxParamLength: 16 * 1024 },
+    // The router's default of 100 would answer a long id before auth and validation (414 now, an
+    // undeclared status); any id that fits in a request line (within maxHeaderSize) reaches the
+    // schema's maxLength instead.
+    routerOptions: { maxParamLength: 128 * 1024 },
     trustProxy: trustProxyOf(config.TRUST_PROXY),
     clientErrorHandler,
     frameworkErrors,
