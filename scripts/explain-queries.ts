@@ -60,7 +60,7 @@ async function main (args: string[]): Promise<number> {
     await explain(`GET deepest page, limit 500, sort_by=description.desc; client with ${scale.bigGrants} grants`,
       list('description.desc'), [RESOURCE_ID, BIG_CLIENT, 500, Math.ceil(scale.bigGrants / 500) - 1, []])
     const { rows } = await pool.query('SELECT permission_id FROM grants WHERE resource_id = $1 AND client_id = $2 LIMIT 500', [RESOURCE_ID, BIG_CLIENT])
-    await explain('DELETE 500 ids (rolled back)', unauthorizeSql, [RESOURCE_ID, BIG_CLIENT, rows.map((row) => row.permission_id), null, 'explain', null, 'explain']) // rolled back: no history is kept
+    await explain('DELETE 500 ids (rolled back)', unauthorizeSql, [RESOURCE_ID, BIG_CLIENT, rows.map((row) => row.permission_id), null, 'explain', null, 'explain', null, false]) // rolled back: no history is kept
   } finally {
     await pool.end()
     await database.stop()

@@ -76,8 +76,8 @@ export const problemTypes = {
   'precondition-failed': {
     title: 'Precondition failed',
     status: 412,
-    when: 'the `If-Match` names no current `ETag`: the grants changed since; nothing was changed',
-    whatToDo: 'GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`.'
+    when: 'the `If-Match` names no current `ETag`: the grants changed since; or the `If-None-Match` names the current one, or is `*`; nothing was changed',
+    whatToDo: 'GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`. After an `If-None-Match`: the grants are at a version it names, as the caller meant to avoid.'
   },
   'unknown-permissions': {
     title: 'Unknown permissions',
@@ -220,6 +220,9 @@ export const problems = {
   }),
   preconditionFailed: () => ofType('precondition-failed', {
     detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'
+  }),
+  noneMatchFailed: () => ofType('precondition-failed', {
+    detail: 'The client\'s grants on the resource are at a version If-None-Match names (* names any); nothing was changed.'
   }),
   changesPruned: (after: string, prunedThrough: string) => ofType('changes-pruned', {
     detail: `Changes after ${after} have been pruned (through ${prunedThrough}): they can no longer be read. Start again without after, from the oldest change kept.`,

@@ -5,8 +5,9 @@ import { primaryPosition } from '../lsn.js'
 import { type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
 
 // What the DELETE and the POST share ($1 resource id, $2 client id, $3 permission ids, $4 the versions
-// an If-Match accepts, NULL for none): the target, its authorization row locked (against writers
-// other than this service, and held already: authorizationLocks), whether the precondition holds,
+// an If-Match accepts, NULL for none; $8 the versions an If-None-Match names, NULL for none, and $9
+// whether it is `*`): the target, its authorization row locked (against writers other than this
+// service, and held already: authorizationLocks), whether each precondition holds,
 // and whether every id is a permission of the resource (one index scan). The change joins
 // `locked`, so the row is locked before it writes anything (the sub-statements of a WITH run in no
 // set order otherwise; without If-Match the precondition does not read it).
@@ -16,7 +17,9 @@ const changeContext = `
   ), locked AS MATERIALIZED (
     SELECT version FROM authorizations WHERE resource_id = $1 AND client_id = $2 FOR UPDATE
   ), precondition AS (
-    SELECT $4::bigint[] IS NULL OR coalesce((SELECT version FROM locked) = ANY ($4::bigint[]), false) AS met
+    SELECT $4::bigint[] IS NULL OR coalesce((SELECT version FROM locked) = ANY ($4::bigint[]), false) AS met,
+      NOT ($9::boolean AND EXISTS (SELECT FROM locked))
+        AND NOT coalesce((SELECT version FROM locked) = ANY ($8::bigint[]), false) AS none_match_met
   ), known AS (
     SELECT count(*) = (SELECT count(DISTINCT id) FROM unnest($3::text[]) AS id) AS all_known
     FROM permissions
@@ -36,7 +39,7 @@ const unknownIds = `
       ) r
     ) END AS unknown_permission_ids`
 
-const changeApplies = 'target.authorized AND precondition.met AND known.all_known'
+const changeApplies = 'target.authorized AND precondition.met AND precondition.none_match_met AND known.all_known'
 
 // After the change ($5 actor sub, $6 actor client id, $7 request id): when it changed anything, one
 // row of history with the ids it changed (request order, each once). Its trigger announces it at
@@ -57,7 +60,7 @@ const recordChange = (action: 'granted' | 'unauthorized') => `
     WHERE ids IS NOT NULL
     RETURNING id
   )
-  SELECT target.*, precondition.met AS precondition_met, ${unknownIds},
+  SELECT target.*, precondition.met AS precondition_met, precondition.none_match_met, ${unknownIds},
     (SELECT version FROM locked)::text AS version_before,
     (SELECT count(*) FROM changed) AS changed,
     (SELECT id FROM recorded) AS change_id
@@ -99,6 +102,8 @@ export interface ChangeInput {
   permissionIds: string[]
   /** The versions an If-Match accepts, each a bigint in decimal; undefined when the request has no precondition. */
   ifMatch?: string[]
+  /** The versions an If-None-Match names, or `*` (any); undefined without one. */
+  ifNoneMatch?: string[] | '*'
   /** Who asks (from the verified token) and the request's id, for the history. */
   actor: { sub?: string, clientId?: string }
   requestId: string
@@ -116,6 +121,8 @@ export interface ChangeOptions extends StatementOptions {
 export interface ChangeResult extends Target {
   /** False when an If-Match names no current version: nothing was changed. */
   preconditionMet: boolean
+  /** False when an If-None-Match names the current version, or is `*`: nothing was changed. */
+  noneMatchMet: boolean
   /** Requested ids that are not permissions of the resource, in request order, each once. */
   unknownPermissionIds: string[]
   /** Grants removed or added. */
@@ -185,10 +192,11 @@ async function changeGrantsOnce (pool: pg.Pool, name: string, text: string, inpu
     // pooled server connection.
     const timeout = Math.trunc(options.statementTimeoutMs)
     await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}; ${authorizationLocks(client, input)}`)
-    const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, unknown_permission_ids: string[], changed: string, change_id: string | null, version_before: string | null }>(
+    const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, none_match_met: boolean, unknown_permission_ids: string[], changed: string, change_id: string | null, version_before: string | null }>(
       statement(name, text, [
         input.resourceId, input.clientId, input.permissionIds, input.ifMatch ?? null,
-        input.actor.sub ?? null, input.actor.clientId ?? null, input.requestId
+        input.actor.sub ?? null, input.actor.clientId ?? null, input.requestId,
+        Array.isArray(input.ifNoneMatch) ? input.ifNoneMatch : null, input.ifNoneMatch === '*'
       ], options))
     const changed = Number(row.changed)
     let version = row.version_before ?? undefined
@@ -209,6 +217,7 @@ async function changeGrantsOnce (pool: pg.Pool, name: string, text: string, inpu
     return {
       ...targetOf(row),
       preconditionMet: row.precondition_met,
+      noneMatchMet: row.none_match_met,
       unknownPermissionIds: row.unknown_permission_ids,
       changed,
       changeId: row.change_id ?? undefined,

@@ -99,9 +99,11 @@ ROLLBACK;
       const run = async (statement: string) => (await pgbench(binary, bench.databaseUrl, transaction(statement), {
         connections, seconds, variables, folder: bench.work
       })).tps
-      // No If-Match (NULL); an actor and a request id for the history row, as the service sends.
+      // No If-Match nor If-None-Match (NULL, false); an actor and a request id for the history
+      // row, as the service sends.
       dbCeiling = await run(unauthorizeSql.replaceAll('$4::bigint[]', 'NULL::bigint[]')
-        .replaceAll('$5', "'bench'").replaceAll('$6', 'NULL::text').replaceAll('$7', "'bench-request'"))
+        .replaceAll('$5', "'bench'").replaceAll('$6', 'NULL::text').replaceAll('$7', "'bench-request'")
+        .replaceAll('$8::bigint[]', 'NULL::bigint[]').replaceAll('$9::boolean', 'false'))
       idealSqlCeiling = await run('DELETE FROM grants WHERE resource_id = $1 AND client_id = $2 AND permission_id = ANY ($3::text[])')
     }
     record({ scenario: `DELETE ${size} ids`, grants: scale.grants, service: serviceRun, httpCeiling: httpRun.reqPerSec, dbCeiling, idealSqlCeiling })

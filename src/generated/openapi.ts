@@ -202,8 +202,8 @@ export interface paths {
          *     retried request still answers 204. If any id is not a permission of the resource the request
          *     answers 422 naming every such id and grants nothing. The client must already be authorized
          *     on the resource (404 `client-not-authorized` otherwise: authorizing a client is another
-         *     operation). `If-Match` works as for DELETE. A malformed `If-Match` is 400 (before the 404s);
-         *     then the 404s come first, then 412, then 422.
+         *     operation). `If-Match` and `If-None-Match` work as for DELETE. A malformed one is 400
+         *     (before the 404s); then the 404s come first, then 412, then 422.
          */
         post: operations["grantClientPermissions"];
         /**
@@ -215,8 +215,10 @@ export interface paths {
          *     authorization itself remains, even when its last permission is removed. With `If-Match`
          *     (the list's `ETag`), nothing is removed and the answer is 412 when the client's grants
          *     changed since; the check and the removal are one statement, so of two callers holding the
-         *     same tag one succeeds and the other gets 412. A malformed `If-Match` is 400 (before the 404s);
-         *     then the 404s come first, then 412, then 422.
+         *     same tag one succeeds and the other gets 412. `If-None-Match` is honoured too (RFC 9110
+         *     §13.1.2): 412 when it names the current version or is `*`. A malformed `If-Match` or
+         *     `If-None-Match` is 400 (before the 404s); then the 404s come first, then 412 (`If-Match`
+         *     before `If-None-Match`), then 422.
          */
         delete: operations["unauthorizeClientPermissions"];
         options?: never;
@@ -327,7 +329,7 @@ export interface components {
          *     | `/problems/client-not-found` | Client not found | 404 | no client has that id | Check the client id in the path: ids are compared exactly, case included. |
          *     | `/problems/client-not-authorized` | Client not authorized on resource | 404 | the client exists but is not authorized on the resource | Check that the resource and the client are the ones meant. Permissions are granted only within an existing authorization; authorizing a client on a resource is not an operation of this service. |
          *     | `/problems/changes-pruned` | Changes pruned | 410 | the feed's `after` (or `Last-Event-ID`) is older than the newest change the prune command deleted: changes after it are gone | Rebuild what you derived from the feed, then read it again without `after`, from the oldest change kept; `pruned_through` names the newest change deleted. |
-         *     | `/problems/precondition-failed` | Precondition failed | 412 | the `If-Match` names no current `ETag`: the grants changed since; nothing was changed | GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`. |
+         *     | `/problems/precondition-failed` | Precondition failed | 412 | the `If-Match` names no current `ETag`: the grants changed since; or the `If-None-Match` names the current one, or is `*`; nothing was changed | GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`. After an `If-None-Match`: the grants are at a version it names, as the caller meant to avoid. |
          *     | `/problems/unknown-permissions` | Unknown permissions | 422 | some ids are not permissions of the resource; `unknown_permission_ids` lists them; nothing was changed | Correct or drop the ids that `unknown_permission_ids` lists, and send the whole request again. |
          *     | `/problems/database-unavailable` | Database unavailable | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query) | Retry after `Retry-After` seconds: DELETE and POST are idempotent, so sending one again is safe. If it lasts, the service's database is down or out of reach (its `/readyz` says so too). |
          *     | `/problems/keys-unavailable` | Signing keys unavailable | 503 | the identity provider's key set (`JWKS_URL`) has never been fetched and cannot be now | Retry after `Retry-After` seconds. The token is not at fault: if it lasts, the identity provider or the service's `JWKS_URL` is. |
@@ -502,7 +504,7 @@ export interface components {
             };
             content?: never;
         };
-        /** @description The client's grants changed since the `ETag` given in `If-Match`; nothing was changed. */
+        /** @description The client's grants changed since the `ETag` given in `If-Match`, or are at a version `If-None-Match` names (or it is `*`); nothing was changed. */
         PreconditionFailed: {
             headers: {
                 [name: string]: unknown;
@@ -599,6 +601,17 @@ export interface components {
          *     authentication and before the resource, the client and the authorization are looked up.
          */
         IfNoneMatch: components["schemas"]["EntityTags"];
+        /**
+         * @description On a change, RFC 9110 §13.1.2's other precondition: the change is made only if the
+         *     client's grants are not at a version it names (weak comparison: `W/"1042"` names 1042),
+         *     else 412 and nothing changes. `*` names any version, so it never holds for an authorized
+         *     client: 412. Rarely what a caller wants; `If-Match` is how a change is made only on the
+         *     state last read. The same syntax and bounds as the list's `If-None-Match`: a header that is
+         *     not a list of entity-tags or `*`, or longer than 8192 characters, answers 400
+         *     `invalid-request` with the pointer `/if-none-match`, before the 404s; a well-formed tag
+         *     that names no version of ours (`"01042"`, `"abc"`) never matches.
+         */
+        IfNoneMatchOnChange: components["schemas"]["EntityTags"];
         /**
          * @description Resource id
          * @example orders-api
@@ -1027,6 +1040,17 @@ export interface operations {
                  *     and before the resource, the client and the authorization are looked up (so before the 404s).
                  */
                 "If-Match"?: components["parameters"]["IfMatch"];
+                /**
+                 * @description On a change, RFC 9110 §13.1.2's other precondition: the change is made only if the
+                 *     client's grants are not at a version it names (weak comparison: `W/"1042"` names 1042),
+                 *     else 412 and nothing changes. `*` names any version, so it never holds for an authorized
+                 *     client: 412. Rarely what a caller wants; `If-Match` is how a change is made only on the
+                 *     state last read. The same syntax and bounds as the list's `If-None-Match`: a header that is
+                 *     not a list of entity-tags or `*`, or longer than 8192 characters, answers 400
+                 *     `invalid-request` with the pointer `/if-none-match`, before the 404s; a well-formed tag
+                 *     that names no version of ours (`"01042"`, `"abc"`) never matches.
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatchOnChange"];
             };
             path: {
                 /**
@@ -1105,6 +1129,17 @@ export interface operations {
                  *     and before the resource, the client and the authorization are looked up (so before the 404s).
                  */
                 "If-Match"?: components["parameters"]["IfMatch"];
+                /**
+                 * @description On a change, RFC 9110 §13.1.2's other precondition: the change is made only if the
+                 *     client's grants are not at a version it names (weak comparison: `W/"1042"` names 1042),
+                 *     else 412 and nothing changes. `*` names any version, so it never holds for an authorized
+                 *     client: 412. Rarely what a caller wants; `If-Match` is how a change is made only on the
+                 *     state last read. The same syntax and bounds as the list's `If-None-Match`: a header that is
+                 *     not a list of entity-tags or `*`, or longer than 8192 characters, answers 400
+                 *     `invalid-request` with the pointer `/if-none-match`, before the 404s; a well-formed tag
+                 *     that names no version of ours (`"01042"`, `"abc"`) never matches.
+                 */
+                "If-None-Match"?: components["parameters"]["IfNoneMatchOnChange"];
             };
             path: {
                 /**

@@ -200,6 +200,13 @@ export const operations = {
             "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
             "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
           },
+          "if-none-match": {
+            "type": "string",
+            "description": "`*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take.",
+            "maxLength": 8192,
+            "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
+            "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
+          },
           "consistency-token": {
             "type": "string",
             "maxLength": 17,
@@ -284,6 +291,13 @@ export const operations = {
         "type": "object",
         "properties": {
           "if-match": {
+            "type": "string",
+            "description": "`*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take.",
+            "maxLength": 8192,
+            "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
+            "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
+          },
+          "if-none-match": {
             "type": "string",
             "description": "`*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take.",
             "maxLength": 8192,

@@ -439,7 +439,7 @@ t.test('a rename beside a change of the service deadlocks neither (0010): the ch
     await waitingOrDone(admin, renamed)
     // Before 0010 the rename had locked the grants by now and waited for the authorization, and this
     // DELETE waited for the rename: a deadlock, one of them failed with 40P01 after deadlock_timeout.
-    const { rows: [removed] } = await service.query(unauthorizeSql, ['lock-api', 'lock-app', ['lock-p'], null, 'admin', null, 'req-lock'])
+    const { rows: [removed] } = await service.query(unauthorizeSql, ['lock-api', 'lock-app', ['lock-p'], null, 'admin', null, 'req-lock', null, false])
     await service.query('COMMIT')
     await renamed
     t.equal(Number(removed.changed), 1, 'the grant was removed')
@@ -572,8 +572,8 @@ t.test('the list and unauthorize statements read about one page of the client\'s
     'list by name, last page': [listGrantedPermissionsSql([{ property: 'name', direction: 'asc' }]), ['api-2', 'app-042', 50, 19, []]],
     'list by id, desc': [listGrantedPermissionsSql([{ property: 'id', direction: 'desc' }]), ['api-2', 'app-042', 50, 3, []]],
     'list by name, desc, page 15': [listGrantedPermissionsSql([{ property: 'name', direction: 'desc' }]), ['api-2', 'app-042', 50, 15, []]],
-    unauthorize: [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], null, 'sub', null, 'req-1']],
-    'unauthorize if match': [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], [version], 'sub', null, 'req-1']]
+    unauthorize: [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], null, 'sub', null, 'req-1', null, false]],
+    'unauthorize if match': [unauthorizeSql, ['api-2', 'app-042', ['perm-2-0001', 'perm-2-0500', 'perm-2-1000'], [version], 'sub', null, 'req-1', null, false]]
   }
   // Rows a statement may take from the index: a list reads its page (and what it skips, up to half
   // the client's grants, from whichever end is nearer); the DELETE its three ids.

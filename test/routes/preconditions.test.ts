@@ -274,6 +274,36 @@ t.test('order of refusals: 401 and 403, then a malformed header (400), then 404,
   t.equal((await change('POST', ['nope'], { 'if-match': await etag() })).status, 422)
 })
 
+t.test('If-None-Match on a change (RFC 9110 §13.1.2): the current tag (weak or strong, in a list) or * → 412 and nothing changes; another tag → 204', async (t) => {
+  const stale = await etag()
+  await change('DELETE', ['p_read_orders'])
+  const current = await etag()
+  const before = await databaseState()
+  for (const method of ['DELETE', 'POST'] as const) {
+    for (const header of [current, `W/${current}`, `${stale}, ${current}`, '*']) {
+      const res = await change(method, ['p_create_orders', 'p_update_refunds'], { 'if-none-match': header })
+      t.equal(res.status, 412, `${method} If-None-Match: ${header}`)
+      t.same(res.body, {
+        type: '/problems/precondition-failed',
+        title: 'Precondition failed',
+        status: 412,
+        detail: 'The client\'s grants on the resource are at a version If-None-Match names (* names any); nothing was changed.',
+        request_id: res.headers.get('x-request-id')
+      })
+    }
+  }
+  t.same(await databaseState(), before, 'nothing changed, no history written')
+  assertHeaderRefused(t, await change('DELETE', ['p_read_orders'], { 'if-none-match': 'garbage' }, ordersPath('app-c')), 'if-none-match', malformed, 'malformed: 400 before the 404')
+  t.equal((await change('DELETE', ['p_read_orders'], { 'if-none-match': '*' }, ordersPath('app-c'))).status, 404, '* for a client not authorized: the 404 first')
+  const both = await change('DELETE', ['p_create_orders'], { 'if-match': stale, 'if-none-match': current })
+  t.match(both.body, { detail: /changed since the ETag given in If-Match/ }, 'both failing: If-Match is evaluated first')
+  t.equal((await change('POST', ['nope'], { 'if-none-match': current })).status, 412, '412 before 422')
+  const other = await change('DELETE', ['p_create_orders'], { 'if-none-match': `${stale}, "abc", W/"0${current.slice(1)}` })
+  t.equal(other.status, 204, 'tags that name another version, or none of ours: the change is made')
+  const matching = await change('POST', ['p_create_orders'], { 'if-match': other.headers.get('etag')!, 'if-none-match': stale })
+  t.equal(matching.status, 204, 'If-Match holding and If-None-Match not naming the current version')
+})
+
 t.test('two DELETEs with the same If-Match at once: exactly one 204, the other 412', async (t) => {
   for (let round = 0; round < 5; round++) {
     await harness.db.query('TRUNCATE resources, clients CASCADE')
@@ -325,7 +355,7 @@ function parseConditional (sent: string): Parsed {
   return tags.length > 0 ? tags : undefined
 }
 
-t.test('generated If-Match and If-None-Match: 400 exactly when RFC 9110 refuses them; else they match as it says; nothing changes', async (t) => {
+t.test('generated If-Match and If-None-Match: 400 exactly when RFC 9110 refuses them; else they match as it says, on the list and on a change; nothing changes', async (t) => {
   const seed = fastCheckSeed(t)
   // app-b holds nothing: a DELETE that applies is a no-op, so its version never moves.
   const path = ordersPath('app-b')
@@ -362,8 +392,11 @@ t.test('generated If-Match and If-None-Match: 400 exactly when RFC 9110 refuses 
     const expectedDelete = parsed === undefined ? 400 : strongMatch ? 204 : 412
     if (deleted.status !== expectedDelete) throw new Error(`If-Match ${JSON.stringify(value)}: expected ${expectedDelete}, got ${deleted.status} ${deleted.text.slice(0, 200)}`)
     if (deleted.status === 400 && !deleted.text.includes('"pointer":"/if-match"')) throw new Error(`a 400 that does not name If-Match: ${deleted.text}`)
-    const listed = await list('', { 'if-none-match': value }, path)
     const weakMatch = parsed === '*' || (parsed?.some((tag) => tag.opaque === version) ?? false)
+    const guarded = await harness.request(path, { method: 'DELETE', token: writer(), json: ['p_read_orders'], headers: { 'if-none-match': value } })
+    const expectedGuarded = parsed === undefined ? 400 : weakMatch ? 412 : 204
+    if (guarded.status !== expectedGuarded) throw new Error(`DELETE If-None-Match ${JSON.stringify(value)}: expected ${expectedGuarded}, got ${guarded.status} ${guarded.text.slice(0, 200)}`)
+    const listed = await list('', { 'if-none-match': value }, path)
     const expectedList = parsed === undefined ? 400 : weakMatch ? 304 : 200
     if (listed.status !== expectedList) throw new Error(`If-None-Match ${JSON.stringify(value)}: expected ${expectedList}, got ${listed.status} ${listed.text.slice(0, 200)}`)
     if (listed.status === 400 && !listed.text.includes('"pointer":"/if-none-match"')) throw new Error(`a 400 that does not name If-None-Match: ${listed.text}`)

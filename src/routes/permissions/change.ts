@@ -2,17 +2,18 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { ChangeInput, ChangeResult } from '../../../db/queries/change.js'
 import { actorOf } from './actor.js'
-import { etagOf, ifMatchVersions } from './preconditions.js'
+import { etagOf, ifMatchVersions, ifNoneMatchVersions } from './preconditions.js'
 
 type ChangeRequest = FastifyRequest<{ Params: { resource_id: string, client_id: string }, Body: string[] }>
 
-/** The ids of the body, on the path's target, under the request's If-Match, by the token's actor. */
+/** The ids of the body, on the path's target, under the request's If-Match and If-None-Match, by the token's actor. */
 export function changeOf (request: ChangeRequest): ChangeInput {
   return {
     resourceId: request.params.resource_id,
     clientId: request.params.client_id,
     permissionIds: request.body,
     ifMatch: ifMatchVersions(request.headers['if-match']),
+    ifNoneMatch: ifNoneMatchVersions(request.headers['if-none-match']),
     actor: actorOf(request),
     requestId: request.id
   }

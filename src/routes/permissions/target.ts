@@ -9,9 +9,13 @@ export function assertClientAuthorized (target: Target, resourceId: string, clie
   if (!target.authorized) throw problems.clientNotAuthorized(resourceId, clientId)
 }
 
-/** A change's refusals, in order: which part is missing (404), a stale If-Match (412), unknown ids (422). */
+/**
+ * A change's refusals, in order: which part is missing (404), a stale If-Match, then an
+ * If-None-Match naming the current version (412, RFC 9110 §13.2.2's order), unknown ids (422).
+ */
 export function assertChangeApplies (result: ChangeResult, resourceId: string, clientId: string, unchanged: string): void {
   assertClientAuthorized(result, resourceId, clientId)
   if (!result.preconditionMet) throw problems.preconditionFailed()
+  if (!result.noneMatchMet) throw problems.noneMatchFailed()
   if (result.unknownPermissionIds.length > 0) throw problems.unknownPermissions(resourceId, result.unknownPermissionIds, unchanged)
 }
