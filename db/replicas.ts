@@ -171,27 +171,41 @@ export class ReplicaSet extends EventEmitter {
   }
 }
 
-// Where the server has replayed, NULL when it is not a standby; sent with the transaction's BEGIN
-// in one round trip.
-const REPLAYED = 'BEGIN; SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() END)::text AS lsn'
+// Where the server has replayed, NULL when it is not a standby.
+const REPLAYED = 'SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() END)::text AS lsn'
+
+// Where each pooled connection's server was last seen to have replayed. A connection stays on one
+// server, whose replay never goes back (a restart ends the connection); not so through a
+// transaction pooler, which may send each statement over another server connection.
+const seenReplayed = new WeakMap<pg.PoolClient, bigint>()
 
 /**
  * Runs `run` on a connection of `pool` only if its server had replayed `after` before `run`
- * began; undefined if not (or if it is not a standby). Asked first, in a statement of its own: a
- * position read by the read's own statement is read after its snapshot, so replay may pass
- * `after` while the statement runs and the state shown still be older. What the probe last saw is
- * not enough either: a standby restarted, or another one behind the same URL, may be behind its
- * former self. Both in one transaction, so that a transaction pooler keeps them on one server
- * connection (READ COMMITTED: each statement's snapshot is its own, taken when it starts).
+ * began; undefined if not (or if it is not a standby). What the probe last saw only picks the
+ * replica: a standby restarted, or another one behind the same URL, may be behind its former
+ * self. And a position read by the read's own statement is read after its snapshot: replay may
+ * pass `after` while the statement runs and the state shown still be older. So the connection's
+ * server is asked first, in a statement of its own (READ COMMITTED: each statement's snapshot is
+ * taken when it starts), unless that connection has already seen it at `after` or past. Behind a
+ * transaction pooler (`pooler`), always, and in one transaction with the read, which keeps them
+ * on one server connection.
  */
-export async function readIfReplayed<T> (pool: DatabasePool, after: bigint, run: (db: pg.PoolClient) => Promise<T>): Promise<T | undefined> {
+export async function readIfReplayed<T extends { position?: string }> (
+  pool: DatabasePool, after: bigint, run: (db: pg.PoolClient) => Promise<T>, { pooler }: { pooler: boolean }
+): Promise<T | undefined> {
   const client = await pool.connect()
   try {
-    // A multi-statement query answers a result per statement.
-    const [, { rows: [row] }] = await client.query(REPLAYED) as unknown as [pg.QueryResult, pg.QueryResult<{ lsn: string | null }>]
-    const replayed = row.lsn === null ? undefined : parseLsn(row.lsn)!
+    let replayed = pooler ? undefined : seenReplayed.get(client)
+    if (replayed === undefined || replayed < after) {
+      // A multi-statement query answers a result per statement.
+      const results = await client.query(pooler ? `BEGIN; ${REPLAYED}` : REPLAYED) as unknown as pg.QueryResult<{ lsn: string | null }> | [pg.QueryResult, pg.QueryResult<{ lsn: string | null }>]
+      const { rows: [row] } = Array.isArray(results) ? results[1] : results
+      replayed = row.lsn === null ? undefined : parseLsn(row.lsn)!
+    }
     const result = replayed !== undefined && replayed >= after ? await run(client) : undefined
-    await client.query('COMMIT')
+    if (pooler) await client.query('COMMIT')
+    // The read's own position (its standby's, read after its snapshot) is as far as its server has been seen.
+    else if (result !== undefined) seenReplayed.set(client, parseLsn(result.position!)!)
     client.release()
     return result
   } catch (error) {

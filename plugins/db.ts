@@ -116,7 +116,7 @@ export default fp(async function db (fastify) {
   replicas?.on('down', (replica, error: Error) => fastify.log.warn({ replica: replica.name, ...databaseErrorSummary(error) }, 'database replica down: its reads go elsewhere'))
   replicas?.on('up', (replica) => fastify.log.warn({ replica: replica.name }, 'database replica back: it takes reads again'))
   fastify.decorate('replicas', replicas)
-  const read: Read = replicas ? readAnywhere(pool, replicas) : async (run) => run(pool, false)
+  const read: Read = replicas ? readAnywhere(pool, replicas, config.DATABASE_POOLER === 'transaction') : async (run) => run(pool, false)
   fastify.decorate('read', read)
   fastify.decorate('queries', boundQueries(pool, read, {
     prepared: config.DATABASE_PREPARED_STATEMENTS,
@@ -175,7 +175,7 @@ function boundQueries (pool: DatabasePool, read: Read, change: ChangeOptions): Q
  * found behind the request's token before it reads, or whose answer is older than `satisfied`
  * allows, leaves the read to the primary.
  */
-function readAnywhere (primary: DatabasePool, replicas: ReplicaSet): Read {
+function readAnywhere (primary: DatabasePool, replicas: ReplicaSet, pooler: boolean): Read {
   return async function read<T extends { position?: string }> (run: (db: Queryable, position: boolean) => Promise<T>, { after, satisfied }: ReadOptions<T> = {}): Promise<T> {
     const replica = replicas.choose(after)
     // The caller's trace context, for the primary's statement after an await (db/pool.ts).
@@ -185,7 +185,7 @@ function readAnywhere (primary: DatabasePool, replicas: ReplicaSet): Read {
     else {
       try {
         // With a token, the replica is asked again where it stands before it reads (readIfReplayed).
-        const result = after === undefined ? await run(replica.pool, true) : await readIfReplayed(replica.pool, after, (db) => run(db, true))
+        const result = after === undefined ? await run(replica.pool, true) : await readIfReplayed(replica.pool, after, (db) => run(db, true), { pooler })
         if (result === undefined) reason = 'behind_token'
         else {
           replicas.observed(replica, parseLsn(result.position!)!)

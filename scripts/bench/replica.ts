@@ -6,6 +6,8 @@
 //   (b) the service with the replica configured: its reads answered by the replica
 //   (c) the same service, each request with a Consistency-Token no server has reached: every read
 //       sent to the primary after the routing has looked at the replica (the machinery, no gain)
+//   (d) the same service, each request with a token every server has replayed: read on the
+//       replica, which is first asked where it stands (db/replicas.ts, readIfReplayed)
 // The primary, the replica, the service and the load generator share the machine, so (b) shows
 // what a replica gives on one machine, not a scale-out.
 // Each round measures every variant, in an order that rotates round by round, so the machine's
@@ -32,6 +34,8 @@ export const REPLICA_SCENARIO = 'replica routing'
 export const REPLICA_GRANTS = 10_000
 /** A position no server has written: the replica cannot have replayed it, so the primary answers. */
 const UNREACHED_TOKEN = 'FFFFFFFF/FFFFFFFF'
+/** A position every server has passed: the replica answers, after saying where it stands. */
+const REPLAYED_TOKEN = '0/1'
 /** Routing may cost at most this share of page-0 throughput (issue 28). */
 const GOAL = 0.95
 /** After a run, the requests autocannon left in flight are answered within this (50 at ~2,000/s). */
@@ -199,7 +203,8 @@ export async function measureReplicaRouting (options: {
       ...(baseline ? [{ key: '0', name: `${baseline.name}'s build, no replica configured`, service: await start(alone, baseline.root), headers, routed: false }] : []),
       { key: 'a', name: 'no replica configured', service: await start(alone), headers, routed: false },
       { key: 'b', name: 'replica configured: read on the replica', service: routed, headers, routed: true },
-      { key: 'c', name: 'replica configured, token ahead: read on the primary', service: routed, headers: { ...headers, 'consistency-token': UNREACHED_TOKEN }, routed: true }
+      { key: 'c', name: 'replica configured, token ahead: read on the primary', service: routed, headers: { ...headers, 'consistency-token': UNREACHED_TOKEN }, routed: true },
+      { key: 'd', name: 'replica configured, token replayed: read on the replica, asked first', service: routed, headers: { ...headers, 'consistency-token': REPLAYED_TOKEN }, routed: true }
     ]
 
     const run = async (variant: Variant, duration: number) => {
@@ -287,11 +292,12 @@ export async function measureReplicaRouting (options: {
             }
       }
     })
-    const [b, c] = ['b', 'c'].map((key) => reports.find((report) => report.key === key)!)
+    const [b, c, d] = ['b', 'c', 'd'].map((key) => reports.find((report) => report.key === key)!)
     // The variants must have been what they say, or their ratios measure something else.
     const checks = [
       { check: '(b) answered by the replica: ≥ 99 % of its reads', pass: b.onReplica! >= 0.99, measured: percent(b.onReplica!) },
-      { check: '(c) answered by the primary: none of its reads on the replica', pass: c.onReplica === 0, measured: percent(c.onReplica!) }
+      { check: '(c) answered by the primary: none of its reads on the replica', pass: c.onReplica === 0, measured: percent(c.onReplica!) },
+      { check: '(d) answered by the replica: ≥ 99 % of its reads', pass: d.onReplica! >= 0.99, measured: percent(d.onReplica!) }
     ]
     const routingCost = c.ratio!.reqPerSec
     return {

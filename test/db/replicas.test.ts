@@ -7,7 +7,7 @@ import pg from 'pg'
 import t, { type Test } from 'tap'
 import { ConnectionWaitTimeout } from '../../db/errors.js'
 import { freePort } from '../../db/embedded-postgres.js'
-import { parseLsn } from '../../db/lsn.js'
+import { parseLsn, positionColumn } from '../../db/lsn.js'
 import { DatabasePool } from '../../db/pool.js'
 import { readIfReplayed, recoveryConflict, type Replica, replicaFailed, ReplicaSet, type ReplicaSetOptions } from '../../db/replicas.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
@@ -230,41 +230,80 @@ t.test('closed: its pools are ended and no probe runs again, even when closed du
   }
 })
 
-/** A pool of one connection, so that what one read leaves on it is what the next one finds. */
-function onePool (t: Test, connectionString: string): DatabasePool {
+/**
+ * A pool of one connection, so that what one read leaves on it is what the next one finds, and the
+ * text of each statement sent through it.
+ */
+function onePool (t: Test, connectionString: string): { pool: DatabasePool, sent: string[] } {
   const pool = new DatabasePool({ connectionString, max: 1, connectionWaitMs: 5000, queryTimeoutMs: 5000 })
   t.teardown(() => pool.end())
-  return pool
+  const sent: string[] = []
+  pool.on('connect', (client) => {
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown
+    client.query = ((...args: unknown[]) => {
+      sent.push(typeof args[0] === 'string' ? args[0] : (args[0] as { text: string }).text)
+      return query(...args)
+    }) as typeof client.query
+  })
+  return { pool, sent }
 }
 
-t.test('readIfReplayed: the read runs only where the position was replayed before it, in a transaction of its own', async (t) => {
-  const pool = onePool(t, cluster.replicaUrl)
+/** A read as the service's reads are: its rows and the position of the state it showed. */
+const readPosition = async (db: pg.PoolClient) => (await db.query<{ position: string }>(`SELECT ${positionColumn}`)).rows[0]
+/** A read that must not run: a failure if it does. */
+const unexpected = (t: Test, what: string) => async () => { t.fail(what); return {} }
+const askedWhereItStands = (sent: string[]) => sent.filter((text) => text.includes('pg_last_wal_replay_lsn() END'))
+
+t.test('readIfReplayed: asks the server first, and reads only if it had replayed the position; a connection that has seen it there is not asked again', async (t) => {
+  const { pool, sent } = onePool(t, cluster.replicaUrl)
   await cluster.waitForReplay()
   const replayed = parseLsn((await pool.query('SELECT pg_last_wal_replay_lsn()::text AS lsn')).rows[0].lsn)!
-  const read = await readIfReplayed(pool, replayed, async (db) => {
-    const first = await db.query('SELECT now()::text AS began')
-    const second = await db.query('SELECT now()::text AS began')
-    return [first.rows[0].began, second.rows[0].began]
-  })
-  t.ok(read, 'a position it has replayed: read')
-  t.equal(read![0], read![1], 'one transaction (now() is when it began)')
-  const { rows: [{ own }] } = await pool.query('SELECT now() = statement_timestamp() AS own')
-  t.equal(own, true, 'the connection is back in the pool with its transaction ended: the next statement begins one of its own')
-  t.equal(await readIfReplayed(pool, replayed + 1n, async () => t.fail('read past what it had replayed')), undefined,
-    'a position past it: no read')
+  sent.length = 0
+  const first = await readIfReplayed(pool, replayed, readPosition, { pooler: false })
+  t.ok(first && parseLsn(first.position)! >= replayed, 'a position it has replayed: read')
+  t.equal(askedWhereItStands(sent).length, 1, 'asked first, in a statement of its own')
+  t.notOk(sent.some((text) => /BEGIN/.test(text)), 'no transaction: the connection stays on its server')
+  sent.length = 0
+  t.ok(await readIfReplayed(pool, parseLsn(first!.position)!, readPosition, { pooler: false }), 'a position the connection has seen its server at: read')
+  t.same(askedWhereItStands(sent), [], 'without asking again')
+  t.equal(await readIfReplayed(pool, parseLsn(first!.position)! + 1n, unexpected(t, 'read past what it had replayed'), { pooler: false }), undefined,
+    'a position past it: asked again, and no read')
+  t.equal(askedWhereItStands(sent).length, 1)
+})
+
+t.test('readIfReplayed behind a transaction pooler: asked every time, in one transaction with the read, which ends before the connection goes back', async (t) => {
+  const { pool, sent } = onePool(t, cluster.replicaUrl)
+  await cluster.waitForReplay()
+  const replayed = parseLsn((await pool.query('SELECT pg_last_wal_replay_lsn()::text AS lsn')).rows[0].lsn)!
+  // Seen at the position on this connection before: behind a pooler that says nothing of the next statement's server.
+  t.ok(await readIfReplayed(pool, replayed, readPosition, { pooler: false }))
+  for (let read = 0; read < 2; read++) {
+    sent.length = 0
+    const began = await readIfReplayed(pool, replayed, async (db) => {
+      const first = await db.query('SELECT now()::text AS began')
+      const second = await db.query('SELECT now()::text AS began')
+      return { ...(await readPosition(db)), began: [first.rows[0].began, second.rows[0].began] }
+    }, { pooler: true })
+    t.equal(began?.began[0], began?.began[1], 'one transaction (now() is when it began)')
+    t.equal(askedWhereItStands(sent).length, 1, 'asked, whatever the connection saw before')
+    const { rows: [{ own }] } = await pool.query('SELECT now() = statement_timestamp() AS own')
+    t.equal(own, true, 'the connection is back in the pool with its transaction ended')
+  }
 })
 
 t.test('readIfReplayed: replay paused behind a write, no read; a server that is not a standby, no read; a failed read drops its connection', async (t) => {
-  const replica = onePool(t, cluster.replicaUrl)
+  const { pool: replica } = onePool(t, cluster.replicaUrl)
   await stallReplayBehindAWrite(t)
-  t.equal(await readIfReplayed(replica, await primaryLsn(), async () => t.fail('read on a replica behind')), undefined)
-  const notAStandby = onePool(t, cluster.primaryUrl)
-  t.equal(await readIfReplayed(notAStandby, 0n, async () => t.fail('read on the primary as a replica')), undefined,
-    'the primary named as a replica: never read, whatever the position')
-  const pid = (await replica.query('SELECT pg_backend_pid() AS pid')).rows[0].pid
-  await t.rejects(readIfReplayed(replica, 0n, (db) => db.query('SELECT * FROM no_such_table')), { code: '42P01' }, 'the read\'s error')
-  t.equal(replica.totalCount, 0, 'its connection, in an aborted transaction, is not pooled again')
-  t.not((await replica.query('SELECT pg_backend_pid() AS pid')).rows[0].pid, pid)
+  for (const pooler of [false, true]) {
+    t.equal(await readIfReplayed(replica, await primaryLsn(), unexpected(t, 'read on a replica behind'), { pooler }), undefined, `pooler: ${pooler}`)
+    const { pool: notAStandby } = onePool(t, cluster.primaryUrl)
+    t.equal(await readIfReplayed(notAStandby, 0n, unexpected(t, 'read on the primary as a replica'), { pooler }), undefined,
+      'the primary named as a replica: never read, whatever the position')
+    const pid = (await replica.query('SELECT pg_backend_pid() AS pid')).rows[0].pid
+    await t.rejects(readIfReplayed(replica, 0n, async (db) => ({ position: (await db.query('SELECT * FROM no_such_table')).rows[0] }), { pooler }), { code: '42P01' }, 'the read\'s error')
+    t.equal(replica.totalCount, 0, 'its connection, perhaps in an aborted transaction, is not pooled again')
+    t.not((await replica.query('SELECT pg_backend_pid() AS pid')).rows[0].pid, pid)
+  }
 })
 
 t.test('a replica\'s failure or a conflict with its recovery, told from a request\'s own error', async (t) => {
