@@ -102,7 +102,7 @@ export interface ChangeInput {
   permissionIds: string[]
   /** The versions an If-Match accepts, each a bigint in decimal; undefined when the request has no precondition. */
   ifMatch?: string[]
-  /** The versions an If-None-Match names, or `*` (any); undefined without one. */
+  /** The versions an If-None-Match names, or `*` (any); none (or undefined) without one. */
   ifNoneMatch?: string[] | '*'
   /** Who asks (from the verified token) and the request's id, for the history. */
   actor: { sub?: string, clientId?: string }

@@ -39,10 +39,9 @@ export function ifMatchVersions (header: string | undefined): string[] | undefin
   return entityTagsOf(header).filter(({ weak, opaque }) => !weak && isVersion(opaque)).map(({ opaque }) => opaque)
 }
 
-/** What an If-None-Match on a change names: `*`, or the versions it names (versionsNamed); undefined without one. */
-export function ifNoneMatchVersions (header: string | undefined): string[] | '*' | undefined {
-  if (header === undefined || header === '*') return header
-  return versionsNamed(header)
+/** What an If-None-Match on a change names: `*`, or the versions it names (versionsNamed; none without the header). */
+export function ifNoneMatchVersions (header: string | undefined): string[] | '*' {
+  return header === '*' ? header : versionsNamed(header)
 }
 
 /** The versions an If-None-Match names (weak comparison: weak tags too), as the database writes them; `*` names none. */
