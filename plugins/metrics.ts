@@ -10,6 +10,7 @@ import fastifyMetricsModule from 'fastify-metrics'
 import fp from 'fastify-plugin'
 import pg from 'pg'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
+import { isClientError } from '../src/error-handler.js'
 import { OVERLOADED, Problem } from '../src/problems.js'
 import { publicRoute } from './auth/index.js'
 
@@ -73,7 +74,8 @@ export default fp(async function metrics (fastify) {
     if (overload) shed.inc({ reason: overload })
     // under-pressure throws the problem itself when the event loop lags.
     else if (error instanceof Problem && error.type === OVERLOADED) shed.inc({ reason: error.shedReason ?? 'event_loop' })
-    else if (isDatabaseUnavailable(error)) databaseErrors.inc({ kind: 'unavailable' })
+    // A 4xx is the request's own doing (a body whose client hung up: ECONNRESET), never the database's.
+    else if (isDatabaseUnavailable(error) && !isClientError(error)) databaseErrors.inc({ kind: 'unavailable' })
     else if (error instanceof pg.DatabaseError) databaseErrors.inc({ kind: 'query' })
   })
   pool.on('error', () => databaseErrors.inc({ kind: 'idle_connection' }))

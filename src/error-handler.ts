@@ -95,6 +95,9 @@ export function parameterHint (name: string, parameters: readonly string[]): str
 
 const NOT_A_PARAMETER = 'is not a parameter of this operation'
 
+// A name as one token of a JSON Pointer (RFC 6901 §3): `~` and `/` escaped.
+const pointerTo = (name: string) => `/${name.replaceAll('~', '~0').replaceAll('/', '~1')}`
+
 // Every query parameter the operation does not have, each named, with a hint when one is close:
 // Ajv stops at the first, and a caller who guessed one name may have guessed several.
 function unknownParameterErrors (issue: ValidationIssue, request?: FastifyRequest): FieldError[] {
@@ -107,7 +110,7 @@ function unknownParameterErrors (issue: ValidationIssue, request?: FastifyReques
   if (unknown.length === 0 && typeof named === 'string') unknown.push(named)
   return unknown.map((name) => {
     const hint = parameterHint(name, parameters)
-    return { location: 'query', pointer: `/${name}`, message: hint ? `${NOT_A_PARAMETER} (${hint})` : NOT_A_PARAMETER }
+    return { location: 'query', pointer: pointerTo(name), message: hint ? `${NOT_A_PARAMETER} (${hint})` : NOT_A_PARAMETER }
   })
 }
 
@@ -118,7 +121,7 @@ function fieldErrors (error: FastifyError, request?: FastifyRequest): FieldError
     const named = issue.params.missingProperty ?? issue.params.additionalProperty
     return [{
       location,
-      pointer: issue.instancePath + (typeof named === 'string' ? `/${named}` : ''),
+      pointer: issue.instancePath + (typeof named === 'string' ? pointerTo(named) : ''),
       message: messageOf(issue, location)
     }]
   })
@@ -133,6 +136,15 @@ const fastifyProblems: Record<string, (error: FastifyError) => Problem> = {
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: () => problems.malformedBody('Content-Length does not match the body.')
 }
 
+/**
+ * Whether Fastify marked the error as the request's own (4xx), such as a body whose connection was
+ * closed (ECONNRESET) or that took too long: the client's doing, never taken for the database's.
+ */
+export function isClientError (error: FastifyError): boolean {
+  const status = error.statusCode ?? 500
+  return status >= 400 && status < 500
+}
+
 export function toProblem (error: FastifyError, request?: FastifyRequest): Problem {
   if (error instanceof Problem) return error
   // No body at all (and so no content type): the same answer as an empty JSON body.
@@ -144,10 +156,7 @@ export function toProblem (error: FastifyError, request?: FastifyRequest): Probl
   if (known) return known(error)
   // JSON.parse and secure-json-parse reject bad JSON and __proto__ keys with a 400 SyntaxError.
   if (error instanceof SyntaxError && error.statusCode === 400) return problems.malformedBody(`The body is not valid JSON; send ${EXPECTED_BODY}.`)
-  // Fastify marks errors of the request itself 4xx, such as a body whose connection was closed
-  // (ECONNRESET, a request timed out): the client's doing, never taken for the database's.
-  const status = error.statusCode ?? 500
-  if (status >= 400 && status < 500) return new Problem({ status, detail: STATUS_CODES[status] ?? 'Bad request' })
+  if (isClientError(error)) return new Problem({ status: error.statusCode!, detail: STATUS_CODES[error.statusCode!] ?? 'Bad request' })
   if (isDatabaseUnavailable(error)) return problems.databaseUnavailable()
   if (overloadReasonOf(error)) return problems.overloaded()
   return problems.internal()
@@ -157,7 +166,7 @@ export function errorHandler (error: FastifyError, request: FastifyRequest, repl
   const problem = toProblem(error, request)
   // Shedding load is the service working as designed: worth a warning, not an error with a stack;
   // a replica starting or draining is its lifecycle, worth a line at info.
-  if (problem.type === OVERLOADED) request.log.warn({ reason: overloadReasonOf(error) ?? 'event_loop', detail: error.message }, 'request shed')
+  if (problem.type === OVERLOADED) request.log.warn({ reason: overloadReasonOf(error) ?? problem.shedReason ?? 'event_loop', detail: error.message }, 'request shed')
   else if (problem.type === STARTING || problem.type === SHUTTING_DOWN) request.log.info({ status: problem.status, type: problem.type }, problem.title)
   else if (problem.status >= 500) request.log.error({ err: error }, 'request failed')
   else request.log.info({ status: problem.status, type: problem.type }, problem.title)

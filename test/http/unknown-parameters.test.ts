@@ -91,3 +91,8 @@ t.test('an operation with no query parameters refuses any: a DELETE or POST with
   const probe = await harness.request('/healthz?verbose=1')
   t.equal(probe.status, 400, 'the same for a public operation')
 })
+
+t.test('a parameter name holding / or ~ is named by a JSON Pointer (RFC 6901): ~1 and ~0', async (t) => {
+  const problem = await refused(t, `${ordersPath()}?${encodeURIComponent('a/b~c')}=1`)
+  t.same(problem.errors, [{ location: 'query', pointer: '/a~1b~0c', message: 'is not a parameter of this operation' }])
+})

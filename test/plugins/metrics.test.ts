@@ -1,4 +1,5 @@
-import type { AddressInfo } from 'node:net'
+import { once } from 'node:events'
+import { type AddressInfo, connect } from 'node:net'
 import Fastify from 'fastify'
 import t from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
@@ -7,7 +8,7 @@ import { loadConfig } from '../../src/config.js'
 import { createTestDatabase } from '../support/database.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
-import { readToken, TEST_SECRET } from '../support/tokens.js'
+import { readToken, TEST_SECRET, token } from '../support/tokens.js'
 
 t.test('GET /metrics: Prometheus text with route histograms, pool gauges and database errors', async (t) => {
   const { stream, lines, waitFor } = captureLogs()
@@ -57,6 +58,21 @@ t.test('GET /metrics: Prometheus text with route histograms, pool gauges and dat
   await harness.request('/healthz')
   await waitFor((line) => (line.req as { url?: string } | undefined)?.url === '/healthz', 'the /healthz request')
   t.notOk(lines.some((line) => JSON.stringify(line).includes('/metrics')), 'a scrape leaves no line at info')
+})
+
+t.test('a client that hangs up halfway through its body: its request is the client\'s doing, not a database outage', async (t) => {
+  const { stream, waitFor } = captureLogs()
+  const harness = await build(t, { LOG_LEVEL: 'info' }, { logs: stream })
+  const socket = connect(Number(new URL(harness.baseUrl).port), '127.0.0.1')
+  await once(socket, 'connect')
+  socket.write(`DELETE ${ordersPath()} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${token({ scope: 'delete:resource' })}\r\n` +
+    'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n["p_read')
+  // The body has begun arriving: the hang-up comes while it is read.
+  await waitFor((line) => (line.req as { method?: string } | undefined)?.method === 'DELETE', 'the DELETE request')
+  socket.destroy()
+  await waitFor((line) => line.status === 400, 'the aborted request answered')
+  const text = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  t.match(text, /db_errors_total\{kind="unavailable"\} 0/)
 })
 
 t.test('an idle pooled connection the server drops: logged as a warning, counted, and the next request is served', async (t) => {

@@ -249,7 +249,8 @@ t.test('a consumer that stops reading is cut when changes come while more than F
 })
 
 t.test('FEED_MAX_STREAMS=2: a third stream → 503 overloaded with Retry-After, polling still answers; once one closes a new one is admitted', async (t) => {
-  const harness = await build(t, { FEED_MAX_STREAMS: '2' })
+  const logs = captureLogs()
+  const harness = await build(t, { FEED_MAX_STREAMS: '2', LOG_LEVEL: 'warn' }, { logs: logs.stream })
   const first = await stream(t, harness)
   const second = await stream(t, harness)
   t.same([first.status, second.status], [200, 200])
@@ -264,6 +265,7 @@ t.test('FEED_MAX_STREAMS=2: a third stream → 503 overloaded with Retry-After, 
   const metrics = await (await fetch(`${harness.baseUrl}/metrics`)).text()
   t.match(metrics, /^feed_streams 2$/m, 'the open streams, in the metrics')
   t.match(metrics, /^requests_shed_total\{reason="feed_streams"\} 1$/m, 'the refused one counted apart from overload')
+  t.match(logs.lines.find((line) => line.msg === 'request shed'), { reason: 'feed_streams' }, 'and logged with that reason, not as event-loop lag')
 
   first.close()
   await until('the closed stream counted out', () => harness.app.feed.streams === 1)
