@@ -124,7 +124,11 @@ t.test('If-None-Match naming the current tag (weak or strong, anywhere in a list
     t.equal(res.text, '', header)
     t.equal(res.headers.get('etag'), tag, header)
   }
-  t.equal((await harness.request(ordersPath(), { method: 'HEAD', token: readToken(), headers: { 'if-none-match': tag } })).status, 304, 'HEAD')
+  const head = await harness.request(ordersPath(), { method: 'HEAD', token: readToken(), headers: { 'if-none-match': tag } })
+  t.equal(head.status, 304, 'HEAD')
+  t.equal(head.headers.get('content-length'), null, 'HEAD\'s 304 as GET\'s: no Content-Length (RFC 9110 §8.6: it would have to be the 200\'s)')
+  const [getPage, headPage] = await Promise.all([list(), harness.request(ordersPath(), { method: 'HEAD', token: readToken() })])
+  t.equal(headPage.headers.get('content-length'), getPage.headers.get('content-length'), 'HEAD\'s 200 says the length GET\'s body has')
   const others = ['"1"', '""', `"0${version}"`, `"${version}0"`, `"1", W/"0${version}"`, '"9223372036854775808"', '"-1"']
   for (const header of others) t.equal((await list('', { 'if-none-match': header })).status, 200, `${header} names another version`)
   await change('DELETE', ['p_read_orders'])
