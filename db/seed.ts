@@ -24,7 +24,8 @@ export interface SeedData {
 
 // As the spec's ids: no NUL (PostgreSQL text cannot hold it), no lone surrogate (not Unicode).
 const text = { type: 'string', pattern: '^[^\\u0000\\uD800-\\uDFFF]*$' }
-const id = { type: 'string', minLength: 1, maxLength: 255, pattern: '^[^\\u0000\\uD800-\\uDFFF]+$' }
+// As the spec's EntityId: an id is a path segment of the API, where `.` and `..` cannot be.
+const id = { type: 'string', minLength: 1, maxLength: 255, pattern: '^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$' }
 const named = {
   type: 'object',
   additionalProperties: false,

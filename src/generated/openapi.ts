@@ -153,7 +153,8 @@ export interface paths {
          *     nothing. Paged by a cursor: `before` is the `id` of the last change seen, and `Link:
          *     rel="next"` names the next page while older changes exist. The history outlives what it
          *     describes: once a change is recorded it is listed even after the authorization, the client
-         *     or the resource is gone; without any, the list's three 404s answer, in its order. Each change
+         *     or the resource is gone, until the prune command deletes it; without any kept, the list's
+         *     three 404s answer, in its order. Each change
          *     is also announced, at commit, on the PostgreSQL channel `permission_changes`.
          */
         get: operations["listPermissionChanges"];

@@ -30,15 +30,15 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
         "required": [
@@ -169,15 +169,15 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
         "required": [
@@ -266,15 +266,15 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
         "required": [
@@ -359,15 +359,15 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
         "required": [
@@ -523,8 +523,8 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-            "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
         "additionalProperties": false
@@ -581,15 +581,15 @@ export const operations = {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 255,
-                "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-                "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+                "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+                "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
               },
               "client_id": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 255,
-                "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
-                "x-pattern-hint": "text without NUL characters or unpaired surrogates"
+                "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+                "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
               },
               "action": {
                 "type": "string",

@@ -103,6 +103,11 @@ t.test('a bad document is refused, says which entry is wrong and loads nothing o
       says: ['/clients/0/id must NOT have more than 255 characters', '/permissions/0/name must match pattern', "/authorizations/0 must have required property 'client_id'"]
     },
     {
+      name: 'ids . and .., which no URL can carry as a path segment',
+      content: JSON.stringify({ ...fresh, resources: [...fresh.resources, { id: '..' }], clients: [...fresh.clients, { id: '.' }] }),
+      says: ['/resources/1/id must match pattern', '/clients/1/id must match pattern']
+    },
+    {
       name: 'a description longer than 255 characters (the spec\'s bound)',
       content: JSON.stringify({ ...fresh, permissions: [{ ...fresh.permissions[0], description: 'd'.repeat(256) }] }),
       says: ['/permissions/0/description must NOT have more than 255 characters']

@@ -1,4 +1,4 @@
-import { request } from 'node:http'
+import { get, request } from 'node:http'
 import t from 'tap'
 import { listGrantedPermissions, listGrantedPermissionsSql } from '../../db/queries/list.js'
 import { compareListed, ordersFixture, ordersPath, shelfFixture, type SortKey } from '../support/fixtures.js'
@@ -210,6 +210,26 @@ t.test('ids: 255 characters reach the database, longer ones → 400, never a rou
     t.equal(res.status, 400, `${id.length} characters`)
     t.equal((res.body as { errors: Array<{ location: string, pointer: string }> }).errors[0].pointer, '/client_id')
   }
+})
+
+t.test('ids . and .. (sent as they are: URL resolution would drop them) → 400; ... is an id like any other', async (t) => {
+  // node:http sends the path as it is; the harness, like fetch, would resolve the dot segments.
+  const { port } = new URL(harness.baseUrl)
+  const raw = (path: string) => new Promise<{ status: number, body: unknown }>((resolve, reject) => {
+    get({ host: '127.0.0.1', port, path, headers: { authorization: `Bearer ${readToken()}` } }, (res) => {
+      let text = ''
+      res.setEncoding('utf8').on('data', (chunk: string) => { text += chunk }).on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }))
+    }).on('error', reject)
+  })
+  for (const [path, pointer] of [
+    ['/resources/%2E%2E/authorized_clients/app-a/permissions', '/resource_id'],
+    ['/resources/orders-api/authorized_clients/./permissions', '/client_id']
+  ]) {
+    const res = await raw(path)
+    t.equal(res.status, 400, path)
+    t.match(res.body, { errors: [{ location: 'path', pointer }] })
+  }
+  t.equal((await list('', ordersPath('...'))).status, 404, '... is a client not found')
 })
 
 t.test('ids PostgreSQL cannot store (NUL) → 400 before any query', async (t) => {
