@@ -1,6 +1,6 @@
 // The application as a plugin: cross-cutting plugins first, then routes, then error handling.
 // Only src/serve.ts listens (started by src/server.ts); tests register this same plugin (test/support/harness.ts).
-import type { Server } from 'node:http'
+import type { IncomingMessage, Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import auth, { publicRoute } from '../plugins/auth/index.js'
@@ -66,6 +66,8 @@ export function serverOptions (config: Config, { stdoutIsTerminal = false, trace
       // Room for a large (or hostile, 100 KB) token to reach authentication and get a proper 401;
       // Node's default of 16 KiB would answer 431 first.
       maxHeaderSize: 128 * 1024,
+      // A missing Host is answered by the app, as a problem (hostAsRequired).
+      requireHostHeader: false,
       headersTimeout: Math.min(60_000, config.REQUEST_TIMEOUT_MS),
       // How often Node looks for requests past their time: every second, not every 30 s (its
       // default), so a request is timed out within a second of its bound.
@@ -104,6 +106,17 @@ function serializeReply (reply: Partial<FastifyReply> & Pick<FastifyReply, 'stat
   return { statusCode: reply.statusCode, route: reply.request?.routeOptions?.url }
 }
 
+/**
+ * RFC 9112 §3.2: exactly one Host line, or none in HTTP/1.0. Node keeps only the first of several
+ * (and answers a missing one itself, with no problem body, unless requireHostHeader is off).
+ */
+function hostAsRequired (request: IncomingMessage): boolean {
+  let lines = 0
+  const { rawHeaders } = request
+  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i].length === 4 && rawHeaders[i].toLowerCase() === 'host') lines++
+  return lines === 1 || (lines === 0 && request.httpVersion === '1.0')
+}
+
 // "true", "false", or a comma-separated list of proxy addresses (Fastify's trustProxy).
 function trustProxyOf (setting: string): boolean | string {
   return setting === 'true' || setting === 'false' ? setting === 'true' : setting
@@ -117,7 +130,13 @@ async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
     fastify.log.warn({ url: config.JWKS_URL }, 'JWKS_URL is plain http: anyone on the path to the key set can make tokens this service accepts')
   }
 
-  fastify.addHook('onRequest', async (request, reply) => { reply.header(REQUEST_ID_HEADER, request.id) })
+  fastify.addHook('onRequest', async (request, reply) => {
+    reply.header(REQUEST_ID_HEADER, request.id)
+    if (!hostAsRequired(request.raw)) throw problems.hostRequired()
+  })
+  // An expectation other than 100-continue, which Node would answer 417 itself, with no problem
+  // body and a status no operation declares: RFC 9110 §10.1.1 lets a server ignore it.
+  fastify.server.on('checkExpectation', (request, response) => { fastify.server.emit('request', request, response) })
   fastify.setValidatorCompiler(validatorCompiler)
   // Only JSON bodies: Fastify would also parse text/plain (defeating the 415) and other charsets.
   registerJsonBodyParser(fastify)
@@ -154,7 +173,8 @@ function registerMethodNotAllowed (fastify: FastifyInstance) {
   }
   for (const [url, defined] of methodsByUrl) {
     const allowed = defined.includes('GET') ? [...defined, 'HEAD'] : defined
-    const others = ['GET', 'PUT', 'POST', 'DELETE', 'PATCH', 'OPTIONS'].filter((method) => !allowed.includes(method))
+    // Every method Fastify routes (TRACE and QUERY too), less those the path has.
+    const others = fastify.supportedMethods.filter((method) => !allowed.includes(method))
     fastify.route({
       method: others,
       url,

@@ -15,7 +15,8 @@ export function registerJsonBodyParser (fastify: FastifyInstance): void {
   fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     const coding = request.headers['content-encoding']
     if (coding && coding.toLowerCase() !== 'identity') {
-      return done(new Problem({ status: 415, detail: 'The body must not be content-encoded.' }), undefined)
+      // RFC 9110 §15.5.16: a 415 for a content coding says which codings are accepted.
+      return done(new Problem({ status: 415, detail: 'The body must not be content-encoded.', headers: { 'accept-encoding': 'identity' } }), undefined)
     }
     // Stryker disable next-line StringLiteral: this parser runs only for a Content-Type of application/json, so the header is there
     const charset = charsetParameter.exec(request.headers['content-type'] ?? '')?.[1].toLowerCase()

@@ -221,6 +221,7 @@ export const problems = {
   preconditionFailed: () => ofType('precondition-failed', {
     detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'
   }),
+  hostRequired: () => new Problem({ status: 400, detail: 'An HTTP/1.1 request needs exactly one Host header (RFC 9112 §3.2).' }),
   noneMatchFailed: () => ofType('precondition-failed', {
     detail: 'The client\'s grants on the resource are at a version If-None-Match names (* names any); nothing was changed.'
   }),

@@ -17,7 +17,7 @@ t.test('an unknown route → 404 about:blank problem, even with a token', async 
 })
 
 t.test('a method the spec does not define on a known path → 405 with Allow, before auth and body', async (t) => {
-  for (const method of ['PUT', 'PATCH', 'OPTIONS']) {
+  for (const method of ['PUT', 'PATCH', 'OPTIONS', 'TRACE', 'QUERY']) {
     const res = await harness.request(ordersPath(), {
       method, headers: { 'content-type': 'text/plain' }, body: 'x'.repeat(300 * 1024)
     })
@@ -79,6 +79,39 @@ t.test('requests the HTTP parser rejects get problems too: 431 for huge headers,
   t.match(raw, /Content-Type: application\/problem\+json/)
   const body = JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))
   t.same(body, { type: 'about:blank', title: 'Bad Request', status: 400, detail: 'The request is not valid HTTP.' })
+})
+
+/** A request written on a socket of its own, as given; the whole answer, head and body. */
+function rawRequest (text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(new URL(harness.baseUrl).port), '127.0.0.1', () => socket.end(text))
+    let data = ''
+    socket.on('data', (chunk) => { data += chunk })
+    socket.on('end', () => resolve(data))
+    socket.on('error', reject)
+  })
+}
+const bodyOf = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as unknown
+
+t.test('Host (RFC 9112 §3.2): HTTP/1.1 without one, or any request with two → 400 problem; HTTP/1.0 without one is served', async (t) => {
+  const hostRequired = { type: 'about:blank', title: 'Bad Request', status: 400, detail: 'An HTTP/1.1 request needs exactly one Host header (RFC 9112 §3.2).' }
+  for (const [label, request] of [
+    ['HTTP/1.1 without Host', 'GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n'],
+    ['two Host lines', 'GET /healthz HTTP/1.1\r\nHost: a.example\r\nhost: b.example\r\nConnection: close\r\n\r\n'],
+    ['HTTP/1.0 with two Host lines', 'GET /healthz HTTP/1.0\r\nHost: a.example\r\nHost: b.example\r\n\r\n']
+  ]) {
+    const answer = await rawRequest(request)
+    t.match(answer, /^HTTP\/1\.1 400 Bad Request\r\n/, label)
+    t.match(answer, /content-type: application\/problem\+json/i, label)
+    t.match(bodyOf(answer), hostRequired, label)
+  }
+  t.match(await rawRequest('GET /healthz HTTP/1.0\r\n\r\n'), /^HTTP\/1\.1 200 OK\r\n/, 'HTTP/1.0 needs none')
+})
+
+t.test('an Expect other than 100-continue is ignored (RFC 9110 §10.1.1): the request is served, not a bare 417', async (t) => {
+  const answer = await rawRequest('GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nConnection: close\r\n\r\n')
+  t.match(answer, /^HTTP\/1\.1 200 OK\r\n/)
+  t.match(bodyOf(answer), { status: 'ok' })
 })
 
 t.test('a URL with broken percent-encoding → 400 problem, not the router\'s own JSON', async (t) => {

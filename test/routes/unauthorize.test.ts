@@ -177,6 +177,7 @@ t.test('JSON in another charset or content-encoded → 415; bytes that are not U
   const gzip = await send({ 'content-type': 'application/json', 'content-encoding': 'gzip' })
   t.equal(gzip.status, 415, 'gzip')
   t.equal((gzip.body as { detail: string }).detail, 'The body must not be content-encoded.')
+  t.equal(gzip.headers.get('accept-encoding'), 'identity', 'the codings it takes: none (RFC 9110 §15.5.16)')
   const invalid = await send({ 'content-type': 'application/json' }, new Blob([new Uint8Array([0x5b, 0x22, 0xff, 0xfe, 0x22, 0x5d])]))
   t.equal(invalid.status, 400)
   t.match(invalid.body, { type: '/problems/malformed-body', detail: 'The body is not valid UTF-8.' })
