@@ -177,7 +177,7 @@ const REPLAYED = 'SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_
 // Where each pooled connection's server was last seen to have replayed. A connection stays on one
 // server, whose replay never goes back (a restart ends the connection); not so through a
 // transaction pooler, which may send each statement over another server connection.
-const seenReplayed = new WeakMap<pg.PoolClient, bigint>()
+const seenReplayed = new WeakMap<pg.PoolClient, bigint | undefined>()
 
 /**
  * Runs `run` on a connection of `pool` only if its server had replayed `after` before `run`
@@ -201,6 +201,7 @@ export async function readIfReplayed<T extends { position?: string }> (
       const results = await client.query(pooler ? `BEGIN; ${REPLAYED}` : REPLAYED) as unknown as pg.QueryResult<{ lsn: string | null }> | [pg.QueryResult, pg.QueryResult<{ lsn: string | null }>]
       const { rows: [row] } = Array.isArray(results) ? results[1] : results
       replayed = row.lsn === null ? undefined : parseLsn(row.lsn)!
+      seenReplayed.set(client, replayed)
     }
     const result = replayed !== undefined && replayed >= after ? await run(client) : undefined
     if (pooler) await client.query('COMMIT')

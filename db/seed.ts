@@ -24,13 +24,15 @@ export interface SeedData {
 
 // As the spec's ids: no NUL (PostgreSQL text cannot hold it), no lone surrogate (not Unicode).
 const text = { type: 'string', pattern: '^[^\\u0000\\uD800-\\uDFFF]*$' }
-// As the spec's EntityId: an id is a path segment of the API, where `.` and `..` cannot be.
-const id = { type: 'string', minLength: 1, maxLength: 255, pattern: '^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$' }
+// As the spec's PermissionId; a resource or client id (its EntityId) is also a path segment of
+// the API, where `.` and `..` cannot be.
+const id = { type: 'string', minLength: 1, maxLength: 255, pattern: '^[^\\u0000\\uD800-\\uDFFF]+$' }
+const segmentId = { ...id, pattern: '^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$' }
 const named = {
   type: 'object',
   additionalProperties: false,
   required: ['id'],
-  properties: { id, name: text }
+  properties: { id: segmentId, name: text }
 }
 const seedSchema = {
   type: 'object',
@@ -46,7 +48,7 @@ const seedSchema = {
         required: ['id', 'resource_id', 'name'],
         properties: {
           id,
-          resource_id: id,
+          resource_id: segmentId,
           name: { type: 'string', maxLength: 255, pattern: '^[^\\s:\\u0000\\uD800-\\uDFFF]+:[^\\s:\\u0000\\uD800-\\uDFFF]+$' },
           // As the spec's bound (and the database's CHECK): descriptions go into index entries.
           description: { ...text, maxLength: 255 }
@@ -59,7 +61,7 @@ const seedSchema = {
         type: 'object',
         additionalProperties: false,
         required: ['resource_id', 'client_id'],
-        properties: { resource_id: id, client_id: id, permission_ids: { type: 'array', items: id } }
+        properties: { resource_id: segmentId, client_id: segmentId, permission_ids: { type: 'array', items: id } }
       }
     }
   }

@@ -5,12 +5,12 @@ import { primaryPosition } from '../lsn.js'
 import { type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
 
 // What the DELETE and the POST share ($1 resource id, $2 client id, $3 permission ids, $4 the versions
-// an If-Match accepts, NULL for none; $8 the versions an If-None-Match names, NULL for none, and $9
-// whether it is `*`): the target, its authorization row locked (against writers other than this
-// service, and held already: authorizationLocks), whether each precondition holds,
+// an If-Match accepts, NULL for none; $8 the versions an If-None-Match names, empty or NULL for
+// none, and $9 whether it is `*`): the target, its authorization row locked (against writers other
+// than this service, and held already: authorizationLocks), whether each precondition holds,
 // and whether every id is a permission of the resource (one index scan). The change joins
 // `locked`, so the row is locked before it writes anything (the sub-statements of a WITH run in no
-// set order otherwise; without If-Match the precondition does not read it).
+// set order otherwise).
 const changeContext = `
   target AS (
     SELECT ${targetColumns}

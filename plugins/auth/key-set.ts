@@ -21,6 +21,9 @@ export interface KeySetLog {
   warn: (details: Record<string, unknown>, message: string) => void
 }
 
+/** RS256 needs 2048 bits or more (RFC 7518 §3.3). */
+export const MIN_RSA_BITS = 2048
+
 /** The provider could not be reached and no key set was ever fetched: not the token's fault. */
 export class KeySetUnavailable extends Error {}
 
@@ -88,7 +91,12 @@ export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchT
     let pem = pems.get(key)
     // Stryker disable next-line ConditionalExpression: a cache; exporting again gives the same PEM
     if (!pem) {
-      pem = KeyObject.from(key as CryptoKey).export({ type: 'spki', format: 'pem' }) as string
+      const keyObject = KeyObject.from(key as CryptoKey)
+      // RFC 7518 §3.3, as for JWT_PUBLIC_KEY: jose selects a smaller RSA key without a word (it
+      // checks the size only in a verify of its own, which this service does not use).
+      const bits = keyObject.asymmetricKeyDetails?.modulusLength
+      if (keyObject.asymmetricKeyType === 'rsa' && (bits ?? 0) < MIN_RSA_BITS) throw new Error(`the key set's key ${String(header.kid)} is an RSA key of ${bits} bits`)
+      pem = keyObject.export({ type: 'spki', format: 'pem' }) as string
       pems.set(key, pem)
     }
     return pem

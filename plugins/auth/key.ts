@@ -5,6 +5,7 @@ import { createPublicKey } from 'node:crypto'
 import { isIPv4 } from 'node:net'
 import { audiencesOf, type Config, isProduction } from '../../src/config.js'
 import type { AuthOptions } from './index.js'
+import { MIN_RSA_BITS } from './key-set.js'
 
 /**
  * How tokens are verified: a shared HS256 secret, a public key pinned to its one algorithm, or the
@@ -37,8 +38,6 @@ export function jwksOverNetworkHttp (config: Pick<Config, 'JWKS_URL'>): boolean 
   return !isLoopback(new URL(config.JWKS_URL).hostname)
 }
 
-const MIN_RSA_BITS = 2048
-
 /**
  * The verification key the configuration names. Algorithms are pinned to the key's type, so a
  * token signed HS256 with the public key as its secret (algorithm confusion) can never verify.
@@ -69,7 +68,7 @@ export function jwtKeyOf (config: Config): JwtKey | undefined {
     throw new Error('Invalid configuration: JWT_PUBLIC_KEY is not a PEM public key')
   }
   if (key.asymmetricKeyType === 'rsa') {
-    // RFC 7518 §3.3; the key set's keys (JWKS_URL) are held to the same.
+    // RFC 7518 §3.3; the key set's keys (JWKS_URL) are held to the same (key-set.ts).
     const bits = key.asymmetricKeyDetails?.modulusLength ?? 0
     if (bits < MIN_RSA_BITS) throw new Error(`Invalid configuration: JWT_PUBLIC_KEY is an RSA key of ${bits} bits; RS256 needs ${MIN_RSA_BITS} or more`)
     return { kind: 'public-key', algorithms: ['RS256'], publicKey }

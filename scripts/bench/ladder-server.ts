@@ -107,7 +107,7 @@ async function serve (): Promise<void> {
     const { validatorCompiler } = await built<typeof Validation>('src/validation.js')
     const { default: env } = await built<typeof EnvPlugin>('plugins/env.js')
     const { default: db } = await built<typeof DbPlugin>('plugins/db.js')
-    // First, as in src/app.ts.
+    // First, as in src/app.ts (whose Host check falls in the last step, the service).
     if (has('hooks')) app.addHook('onRequest', async (request, reply) => { reply.header(REQUEST_ID_HEADER, request.id) })
     app.setValidatorCompiler(validatorCompiler)
     await app.register(env, { config })

@@ -15,9 +15,9 @@ import { craftedToken, inOneMinute, PRODUCTION_AUDIENCE, PRODUCTION_ISSUER } fro
 
 interface SigningKey { kid: string, alg: 'RS256' | 'ES256', privateKey: KeyObject, publicKey: KeyObject }
 
-function signingKey (kid: string, alg: 'RS256' | 'ES256'): SigningKey {
+function signingKey (kid: string, alg: 'RS256' | 'ES256', modulusLength = 2048): SigningKey {
   const pair = alg === 'RS256'
-    ? generateKeyPairSync('rsa', { modulusLength: 2048 })
+    ? generateKeyPairSync('rsa', { modulusLength })
     : generateKeyPairSync('ec', { namedCurve: 'P-256' })
   return { kid, alg, ...pair }
 }
@@ -84,6 +84,17 @@ t.test('a shared identity provider: its tokens for another API, or from another 
     t.equal(res.status, 401, JSON.stringify(claims))
     t.match(res.headers.get('www-authenticate'), /^Bearer error="invalid_token"/)
   }
+})
+
+t.test('an RSA key under 2048 bits in the key set (RFC 7518 §3.3) verifies nothing → 401, as JWT_PUBLIC_KEY refuses one', async (t) => {
+  const weak = signingKey('weak', 'RS256', 2040)
+  const weakProvider = await serve(() => ({ keys: [jwk(weak), jwk(first)] }))
+  const strict = await build(t, { JWT_SECRET: '', JWKS_URL: weakProvider.url })
+  await strict.seed(ordersFixture())
+  const res = await strict.request(ordersPath(), { token: tokenFrom(weak) })
+  t.equal(res.status, 401)
+  t.match(res.headers.get('www-authenticate'), /^Bearer error="invalid_token"/)
+  t.equal((await strict.request(ordersPath(), { token: tokenFrom(first) })).status, 200, 'a key of 2048 bits beside it still verifies')
 })
 
 t.test('a token whose kid names one key but was signed by another → 401 invalid_token', async (t) => {
