@@ -286,6 +286,22 @@ t.test('each authorization counts its grants through inserts, deletes, cascades 
   await t.rejects(sql('UPDATE authorizations SET grant_count = -1 WHERE resource_id = $1', [resource]), { code: '23514' })
 })
 
+t.test('the triggers use the schema\'s own tables whatever the caller\'s search_path: a temporary table of the same name diverts nothing (0011)', async (t) => {
+  const { resource, permissionIds, clientIds: [holder] } = await arrange('shadowed', { permissions: 2, clients: 1 })
+  const client = await db.connect()
+  // Released destroyed: its temporary table goes with its connection.
+  t.teardown(() => client.release(true))
+  // Searched first: pg_temp comes before any schema unless a search_path names it.
+  await client.query('CREATE TEMP TABLE authorizations (LIKE public.authorizations)')
+  await client.query('DELETE FROM public.grants WHERE resource_id = $1 AND client_id = $2 AND permission_id = $3', [resource, holder, permissionIds[0]])
+  const { rows: [{ n }] } = await client.query('SELECT grant_count::int AS n FROM public.authorizations WHERE resource_id = $1 AND client_id = $2', [resource, holder])
+  t.equal(n, 1, 'the DELETE counted on the real authorization')
+  const { rows: functions } = await sql(`SELECT p.proname, p.proconfig FROM pg_proc p
+    WHERE p.pronamespace = current_schema()::regnamespace AND p.prorettype = 'trigger'::regtype ORDER BY p.proname`)
+  t.ok(functions.length >= 10, `${functions.length} trigger functions`)
+  for (const { proname, proconfig } of functions) t.same(proconfig, ['search_path=pg_catalog, public, pg_temp'], proname)
+})
+
 t.test('an authorization\'s version changes when a page of its grants would read differently, and only then (0004, 0009)', async (t) => {
   const { resource, permissionIds: [first, second], clientIds: [holder, other] } = await arrange('shown', { permissions: 2, clients: 2 })
   await sql('DELETE FROM grants WHERE client_id = $1 AND permission_id = $2', [other, first])
@@ -492,7 +508,7 @@ t.test('migration 0003 gives the grants of an existing database their descriptio
       ('old-1', 'old-api', 'read:one', 'one'), ('old-2', 'old-api', 'read:two', NULL), ('old-3', 'old-api', 'read:three', 'three');
     INSERT INTO authorizations (resource_id, client_id) VALUES ('old-api', 'old-app');
     INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('old-api', 'old-app', 'old-1'), ('old-api', 'old-app', 'old-2')`)
-  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql'])
   t.same((await pool.query('SELECT permission_id, permission_description FROM grants ORDER BY permission_id')).rows,
     [{ permission_id: 'old-1', permission_description: 'one' }, { permission_id: 'old-2', permission_description: null }])
   t.same((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows, [{ n: 2 }], 'the count is untouched')
