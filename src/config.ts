@@ -1,5 +1,6 @@
 // The service's configuration: environment variables validated once, at boot, against a JSON
 // schema (env-schema). Nothing else reads process.env.
+import { compile as compileProxies } from '@fastify/proxy-addr'
 import envSchema from 'env-schema'
 import type { FromSchema, JSONSchema } from 'json-schema-to-ts'
 
@@ -58,7 +59,7 @@ const schema = {
     // host (an in-cluster address), with a warning at start.
     JWKS_ALLOW_HTTP: { type: 'boolean', default: false },
     // How long fetched keys are trusted before the key set is fetched again.
-    JWKS_CACHE_MAX_AGE_MS: { type: 'integer', minimum: 1000, default: 600000 },
+    JWKS_CACHE_MAX_AGE_MS: { type: 'integer', minimum: 1000, maximum: 86400000, default: 600000 },
     // A token whose kid the cached set lacks refetches the set at most once per cooldown (a key
     // published since is accepted within it; made-up kids cannot hammer the provider).
     JWKS_COOLDOWN_MS: { type: 'integer', minimum: 100, maximum: 600000, default: 5000 },
@@ -99,14 +100,14 @@ const schema = {
     // Serve GET /metrics on this port only (same HOST), never on the API port; 0 picks a free port.
     METRICS_PORT: { type: 'integer', minimum: 0, maximum: 65535 },
     // Above this event-loop lag, API calls are shed with 503; 0 turns shedding off.
-    MAX_EVENT_LOOP_DELAY_MS: { type: 'integer', minimum: 0, default: 1000 },
+    MAX_EVENT_LOOP_DELAY_MS: { type: 'integer', minimum: 0, maximum: 60000, default: 1000 },
     // How often that lag is measured (its mean over the interval): a stall shorter than about the
     // interval is averaged away; a shorter interval reacts sooner and counts shorter stalls.
     EVENT_LOOP_SAMPLE_INTERVAL_MS: { type: 'integer', minimum: 10, maximum: 60000, default: 1000 },
     // On SIGTERM: how long readiness fails while requests are still served (for the gateway to
     // notice), and the bound on the whole shutdown after which the process exits anyway.
-    SHUTDOWN_DELAY_MS: { type: 'integer', minimum: 0, default: 0 },
-    SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, default: 10000 },
+    SHUTDOWN_DELAY_MS: { type: 'integer', minimum: 0, maximum: 600000, default: 0 },
+    SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 600000, default: 10000 },
     EMBEDDED_POSTGRES_PORT: { type: 'integer', minimum: 1, maximum: 65535, default: 54329 }
   }
 } as const satisfies JSONSchema
@@ -154,6 +155,14 @@ export function loadConfig (env: Record<string, string | undefined> = process.en
   }
   if (config.SHUTDOWN_DELAY_MS >= config.SHUTDOWN_TIMEOUT_MS) {
     throw new Error('Invalid configuration: SHUTDOWN_DELAY_MS must be shorter than SHUTDOWN_TIMEOUT_MS')
+  }
+  // As Fastify reads it (src/app.ts): checked here, so a bad value stops the start naming it.
+  if (config.TRUST_PROXY !== 'true' && config.TRUST_PROXY !== 'false') {
+    try {
+      compileProxies(config.TRUST_PROXY.split(',').map((entry) => entry.trim()))
+    } catch (error) {
+      throw new Error(`Invalid configuration: TRUST_PROXY must be true, false or the proxies' addresses, comma-separated (${(error as Error).message})`)
+    }
   }
   const sources = KEY_SOURCES.filter((name) => config[name] !== undefined)
   if (sources.length > 1) {

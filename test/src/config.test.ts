@@ -168,14 +168,14 @@ t.test('whole numbers within their bounds: the bounds accepted, one past them an
     ['DATABASE_REPLICA_PROBE_INTERVAL_MS', [50, 60000], [49, 60001]],
     ['JWT_MAX_LIFETIME_S', [1, 31536000], [0, 31536001]],
     ['MIGRATIONS_CONNECTION_WAIT_MS', [1, 600000], [0, 600001]],
-    ['JWKS_CACHE_MAX_AGE_MS', [1000], [999]],
+    ['JWKS_CACHE_MAX_AGE_MS', [1000, 86400000], [999, 86400001]],
     ['JWKS_COOLDOWN_MS', [100, 600000], [99, 600001]],
     ['JWKS_FETCH_TIMEOUT_MS', [100, 60000], [99, 60001]],
     ['METRICS_PORT', [0, 65535], [-1, 65536]],
-    ['MAX_EVENT_LOOP_DELAY_MS', [0], [-1]],
+    ['MAX_EVENT_LOOP_DELAY_MS', [0, 60000], [-1, 60001]],
     ['EVENT_LOOP_SAMPLE_INTERVAL_MS', [10, 60000], [9, 60001]],
-    ['SHUTDOWN_DELAY_MS', [0, 9999], [-1]],
-    ['SHUTDOWN_TIMEOUT_MS', [1000], [999]],
+    ['SHUTDOWN_DELAY_MS', [0, 9999], [-1, 600001]],
+    ['SHUTDOWN_TIMEOUT_MS', [1000, 600000], [999, 600001]],
     ['EMBEDDED_POSTGRES_PORT', [1, 65535], [0, 65536]]
   ]
   for (const [name, accepted, refused, others = {}] of integers) {
@@ -195,6 +195,9 @@ t.test('texts, choices and switches: what each accepts and refuses', async (t) =
   }
   accepts({ JWT_SECRET: 'x'.repeat(32) })
   refuses({ JWT_SECRET: 'x'.repeat(31) })
+  for (const value of ['true', 'false', '10.0.0.2', '10.0.0.2, 10.0.0.3', '10.0.0.0/8,loopback', '::1']) accepts({ TRUST_PROXY: value })
+  // Refused at start, naming the setting, not by a TypeError from deep in Fastify's start.
+  for (const value of ['TRUE', 'yes', 'gateway.local', '10.0.0.2,', '10.0.0.0/33']) refuses({ TRUST_PROXY: value })
   accepts({ JWKS_URL: 'https://idp.example/jwks' })
   refuses({ JWKS_URL: 'ftp://idp.example/jwks' })
   t.equal(loadConfig({ DATABASE_POOLER: 'transaction' }).DATABASE_POOLER, 'transaction')
