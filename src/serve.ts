@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
+import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
@@ -17,6 +18,17 @@ import { type Config, hasJwtKey, isProduction, loadStartupConfig } from './confi
 import { everyScope, openLocalDatabase, signToken, withLocalDefaults } from './local-dev.js'
 import { projectRoot } from './project-root.js'
 import type { Tracing } from './tracing.js'
+
+// At shutdown, how long the last spans may take to reach the collector, and what is kept of
+// SHUTDOWN_TIMEOUT_MS for what comes after them (the embedded database's stop).
+const TRACING_FLUSH_MS = 2000
+const TRACING_FLUSH_MARGIN_MS = 1000
+
+/** `promise`, or a rejection saying `what` once `ms` have passed (the timer holds nothing up). */
+function within<T> (promise: Promise<T>, ms: number, what: string): Promise<T> {
+  const late = sleep(ms, undefined, { ref: false }).then(() => { throw new Error(what) })
+  return Promise.race([promise, late])
+}
 
 /**
  * The configuration the service starts with (loadStartupConfig), and the key it names usable (a
@@ -70,6 +82,7 @@ export async function serve (tracing?: Tracing): Promise<void> {
   // the listener closes (new connections are refused), in-flight requests finish, the pool closes.
   // Past SHUTDOWN_TIMEOUT_MS close-with-grace exits with code 1 whatever is left.
   closeWithGrace({ delay: config.SHUTDOWN_TIMEOUT_MS }, async ({ signal, err }) => {
+    const closingSince = performance.now()
     fastify.startDraining()
     if (err) fastify.log.error({ err }, 'closing after an uncaught error')
     else {
@@ -77,8 +90,14 @@ export async function serve (tracing?: Tracing): Promise<void> {
       await sleep(config.SHUTDOWN_DELAY_MS)
     }
     await fastify.close()
-    // The last spans, still in the batch, are sent before the process ends.
-    await tracing?.shutdown().catch((error: unknown) => fastify.log.warn({ err: error }, 'tracing: the last spans could not be sent'))
+    // The last spans, still in the batch, are sent before the process ends, but a collector that
+    // does not answer is not waited for past TRACING_FLUSH_MS (its exporter's own timeout is 10 s,
+    // SHUTDOWN_TIMEOUT_MS's default), nor past what SHUTDOWN_TIMEOUT_MS leaves, with a margin.
+    const flushMs = Math.max(0, Math.min(TRACING_FLUSH_MS, config.SHUTDOWN_TIMEOUT_MS - (performance.now() - closingSince) - TRACING_FLUSH_MARGIN_MS))
+    if (tracing) {
+      await within(tracing.shutdown(), flushMs, `the collector took no batch within ${flushMs} ms`)
+        .catch((error: unknown) => fastify.log.warn({ err: error }, 'tracing: the last spans could not be sent'))
+    }
     await localDatabase?.stop()
     fastify.log.info('closed')
   })

@@ -6,6 +6,8 @@
 // part of the SDK is loaded (only the API, which prom-client uses anyway).
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pathToFileURL } from 'node:url'
 import pg from 'pg'
@@ -239,6 +241,18 @@ t.test('the default protocol, http/protobuf: the trace arrives as protobuf', asy
   t.equal(request?.contentType, 'application/x-protobuf')
   t.equal(request?.path, '/v1/traces')
   t.equal(await stop(server), 0)
+})
+
+t.test('SIGTERM with a collector that takes connections and never answers: the last batch is not waited for past its bound, the process exits 0', async (t) => {
+  const silent = createServer(() => {}).listen(0, '127.0.0.1')
+  await once(silent, 'listening')
+  t.teardown(() => { silent.closeAllConnections(); silent.close() })
+  // The batch held until the shutdown flushes it; the exporter's own timeout (10 s) is the default SHUTDOWN_TIMEOUT_MS's.
+  const server = await startServer({ OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, OTEL_BSP_SCHEDULE_DELAY: '60000' })
+  t.equal((await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${reader}` } })).status, 200)
+  t.equal(await stop(server), 0, 'not killed by SHUTDOWN_TIMEOUT_MS (exit 1)')
+  t.match(server.output(), /tracing: the last spans could not be sent/)
+  t.match(server.output(), /"msg":"closed"/)
 })
 
 t.test('settings it cannot honour: refused at start with one sentence naming the variable', async (t) => {
