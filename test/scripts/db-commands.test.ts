@@ -57,6 +57,15 @@ t.test('db:seed on an empty database applies the migrations, then loads the file
   t.same(permission.rows, [{ resource_id: 'orders-api', name: 'read:orders', description: 'Read orders' }])
   const migrations = await client.query("SELECT count(*)::int AS n FROM migrations WHERE name = 'create_permissions'")
   t.equal(migrations.rows[0].n, 1, 'the migration is recorded')
+  // Replaying the history (the change feed) gives the grants: the seeding is in it, by its actor.
+  const history = await client.query(`SELECT resource_id, client_id, action, permission_ids, actor_sub, request_id
+    FROM permission_changes ORDER BY resource_id, client_id`)
+  t.same(history.rows.map(({ request_id: requestId, ...change }) => change), [
+    { resource_id: 'orders-api', client_id: 'billing-app', action: 'granted', permission_ids: ['p_read_orders', 'p_create_orders'], actor_sub: 'db-seed' },
+    { resource_id: 'reports-api', client_id: 'billing-app', action: 'granted', permission_ids: ['p_read_reports'], actor_sub: 'db-seed' }
+  ])
+  t.match(history.rows[0].request_id, /^db-seed-[0-9a-f-]{36}$/)
+  t.equal(new Set(history.rows.map(({ request_id: requestId }) => requestId)).size, 1, 'one request id for the run')
 })
 
 t.test('db:seed refuses a file → exit 1, "Nothing was loaded." with the file and why, nothing loaded', async (t) => {
@@ -94,7 +103,7 @@ t.test('db:migrate applies the migrations to a fresh database, then says it is u
   const url = await createTestDatabase(t)
   const first = await cli('db-migrate.ts', [], url)
   t.equal(first.code, 0, first.stderr)
-  t.match(first.stdout, /^Applied: .*0001_create_permissions\.sql.*0002_page_scaling\.sql.*0003_description_on_grant\.sql.*0004_authorization_version\.sql.*0005_permission_changes\.sql.*0006_append_only_history\.sql.*0007_change_feed\.sql.*0008_grants_described_per_statement\.sql.*0009_version_follows_shown_grants\.sql.*0010_renames_lock_authorizations_first\.sql$/m)
+  t.match(first.stdout, /^Applied: .*0001_create_permissions\.sql.*0002_page_scaling\.sql.*0003_description_on_grant\.sql.*0004_authorization_version\.sql.*0005_permission_changes\.sql.*0006_append_only_history\.sql.*0007_change_feed\.sql.*0008_grants_described_per_statement\.sql.*0009_version_follows_shown_grants\.sql.*0010_renames_lock_authorizations_first\.sql.*0011_trigger_functions_search_path\.sql$/m)
   t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'the tables exist')
   const again = await cli('db-migrate.ts', [], url)
   t.equal(again.code, 0, again.stderr)
