@@ -94,6 +94,9 @@ function explain (where: string, error: unknown): Error {
   if (code === '23505') return new SeedError(`${where}: conflicts with an existing row (${reason})`)
   if (code === '23514') return new SeedError(`${where}: breaks a rule of the schema (${message})`)
   if (code === '22021') return new SeedError(`${where}: holds text PostgreSQL cannot store (${message})`)
+  // program_limit_exceeded: an index entry over its size (a third of a page, about 2.7 kB). The ids,
+  // name and description of a grant share entries: 255 characters each are up to 1,020 bytes.
+  if (code === '54000') return new SeedError(`${where}: its ids, name and description are too long together for the database's indexes (${message}); shorten them`)
   return error as Error
 }
 

@@ -155,6 +155,22 @@ t.test('a bad document is refused, says which entry is wrong and loads nothing o
       says: ['/resources/1/id must match pattern', '/resources/2/id must match pattern', '/permissions/1/name must match pattern', '/permissions/1/description must match pattern']
     },
     {
+      // 255 characters of four bytes each, which compression cannot shrink, in each id: within
+      // every bound of the format, over a grant's primary key entry (3,060 bytes).
+      name: 'ids too long together for the grants\' indexes (four-byte characters)',
+      content: JSON.stringify(((long) => ({
+        ...fresh,
+        resources: [{ id: long(1) }],
+        clients: [{ id: long(2) }],
+        permissions: [{ id: long(3), resource_id: long(1), name: 'read:new' }],
+        authorizations: [{ resource_id: long(1), client_id: long(2), permission_ids: [long(3)] }]
+      }))((seed: number) => {
+        let state = seed
+        return Array.from({ length: 255 }, () => String.fromCodePoint(0x20000 + ((state = (state * 1103515245 + 12345) % 2147483648) % 0xa6d0))).join('')
+      })),
+      says: ['authorizations[0]', 'too long together for the database\'s indexes']
+    },
+    {
       name: 'a permission id that belongs to another resource',
       content: JSON.stringify({ ...fresh, permissions: [...fresh.permissions, { id: 'p_read_orders', resource_id: 'new-api', name: 'read:orders' }] }),
       says: ['permissions[1] "p_read_orders": the id already belongs to a permission of another resource']
