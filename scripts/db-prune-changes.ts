@@ -8,6 +8,9 @@ import { pruneChanges } from '../db/queries/history.js'
 import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from '../src/command-line.js'
 import { withDatabase } from './database.js'
 
+// The oldest a change may be and still be asked for: past it the dates overflow.
+const MAX_DAYS = 36500
+
 const command = {
   usage: 'npm run -s db:prune-changes -- --older-than DAYS',
   about: 'Deletes the change history recorded more than DAYS days ago, on DATABASE_URL or the local embedded\n' +
@@ -23,7 +26,8 @@ export async function pruneChangesCommand (args: string[], io: DatabaseIo = { ..
   if (typeof commandLine === 'number') return commandLine
   const olderThan = commandLine.values['older-than'] ?? ''
   const days = Number(olderThan)
-  if (!/^\d+$/.test(olderThan) || days < 1) return usageError(command, '--older-than must be a whole number of days, at least 1', io)
+  // At most about a hundred years: PostgreSQL refuses an interval or a date far past that (22008, 22003).
+  if (!/^\d+$/.test(olderThan) || days < 1 || days > MAX_DAYS) return usageError(command, `--older-than must be a whole number of days, from 1 to ${MAX_DAYS}`, io)
 
   await io.withDatabase(async (url) => {
     const pool = new pg.Pool({ connectionString: url, max: 1 })

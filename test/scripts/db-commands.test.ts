@@ -119,8 +119,10 @@ t.test('their own argument rules: --help wins over a valid file; a missing or ex
     { script: 'db-seed.ts', args: [seedFile, '--help'], usage: seed },
     { script: 'db-seed.ts', args: [], usage: seed, problem: 'FILE.json is missing' },
     { script: 'db-seed.ts', args: [seedFile, seedFile], usage: seed, problem: 'one file at a time, not 2' },
-    { script: 'db-prune-changes.ts', args: [], usage: prune, problem: '--older-than must be a whole number of days, at least 1' },
-    { script: 'db-prune-changes.ts', args: ['--older-than', '0'], usage: prune, problem: '--older-than must be a whole number of days, at least 1' }
+    { script: 'db-prune-changes.ts', args: [], usage: prune, problem: '--older-than must be a whole number of days, from 1 to 36500' },
+    { script: 'db-prune-changes.ts', args: ['--older-than', '0'], usage: prune, problem: '--older-than must be a whole number of days, from 1 to 36500' },
+    // Past it, PostgreSQL's dates overflow: it was an uncaught 22008 and exit 1.
+    { script: 'db-prune-changes.ts', args: ['--older-than', '3000000'], usage: prune, problem: '--older-than must be a whole number of days, from 1 to 36500' }
   ]
   const runs = await Promise.all(cases.map(({ script, args }) => cli(script, args, url)))
   for (const [index, { script, args, usage, problem }] of cases.entries()) {
