@@ -7,17 +7,13 @@
 // `granted` by the actor "demo-seed" (one request id per start), exactly the ids it added. The
 // history is append-only (migration 0006), so resetting it with the demo data is not an option the
 // database leaves, and a record says what happened: "unauthorized by you, granted again by the demo
-// seed at the next start". `npm run db:seed` records its grants too, by the actor "db-seed": the
-// change feed's replay gives the grants as they are. A seeding without `recordAs` (the tests'
-// fixtures, the bench's data) records nothing.
+// seed at the next start". A seeding without `recordAs` (db:seed, the tests' fixtures) records nothing.
 import { Ajv, type ValidateFunction } from 'ajv'
 import type pg from 'pg'
 import { authorizeClient, lockAuthorizations, type SeedActor, upsertClient, upsertPermission, upsertResource } from './queries/seeding.js'
 
 /** The actor `npm start` records its seeding of the demo data as (src/server.ts). */
 export const DEMO_SEED_ACTOR = 'demo-seed'
-/** The actor `npm run db:seed` records the grants it adds as (scripts/db-seed.ts). */
-export const DB_SEED_ACTOR = 'db-seed'
 
 export interface SeedData {
   resources?: Array<{ id: string, name?: string }>

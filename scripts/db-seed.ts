@@ -1,11 +1,10 @@
 // npm run db:seed -- FILE.json: applies pending migrations, then loads FILE.json in one transaction
 // into DATABASE_URL, or into the local embedded database; a file that is not valid loads nothing and
 // touches no database. Run as a process it calls seedCommand.
-import { randomUUID } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
-import { assertSeedData, DB_SEED_ACTOR, SeedError, seedDatabase } from '../db/seed.js'
+import { assertSeedData, SeedError, seedDatabase } from '../db/seed.js'
 import { migrationsDir } from '../src/project-root.js'
 import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from '../src/command-line.js'
 import { withDatabase } from './database.js'
@@ -41,8 +40,7 @@ export async function seedCommand (args: string[], io: DatabaseIo = { ...process
     const pool = new pg.Pool({ connectionString: url, max: 1 })
     try {
       await migrateDatabase(pool, migrationsDir)
-      // Recorded in the history, so that replaying the change feed gives the grants as they are.
-      const counts = await seedDatabase(pool, data, { recordAs: { sub: DB_SEED_ACTOR, requestId: `${DB_SEED_ACTOR}-${randomUUID()}` } })
+      const counts = await seedDatabase(pool, data)
       io.out(`Loaded ${file}: ${Object.entries(counts).map(([what, count]) => `${count} ${what}`).join(', ')}.`)
     } catch (error) {
       if (!(error instanceof SeedError)) throw error

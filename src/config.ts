@@ -106,7 +106,7 @@ const schema = {
     EVENT_LOOP_SAMPLE_INTERVAL_MS: { type: 'integer', minimum: 10, maximum: 60000, default: 1000 },
     // On SIGTERM: how long readiness fails while requests are still served (for the gateway to
     // notice), and the bound on the whole shutdown after which the process exits anyway.
-    SHUTDOWN_DELAY_MS: { type: 'integer', minimum: 0, maximum: 600000, default: 0 },
+    SHUTDOWN_DELAY_MS: { type: 'integer', minimum: 0, default: 0 },
     SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 600000, default: 10000 },
     EMBEDDED_POSTGRES_PORT: { type: 'integer', minimum: 1, maximum: 65535, default: 54329 }
   }
