@@ -46,6 +46,15 @@ export function overloadReasonOf (error: unknown): OverloadReason | undefined {
   return undefined
 }
 
+// program_limit_exceeded: here, an index entry over a third of a page (about 2.7 kB). The
+// contract bounds each id at 255 characters, not their bytes together.
+const PROGRAM_LIMIT_EXCEEDED = '54000'
+
+/** Whether the database refused to store a row because it is too large for an index (or another of its limits). */
+export function isOverDatabaseLimit (error: unknown): boolean {
+  return error instanceof Error && codeOf(error) === PROGRAM_LIMIT_EXCEEDED
+}
+
 /** What a log line needs of a database error: no client, no connection parameters, no SQL. */
 export function databaseErrorSummary (error: Error & { code?: string }): { code?: string, reason: string } {
   return { code: error.code, reason: error.message }

@@ -85,6 +85,12 @@ export const problemTypes = {
     when: 'some ids are not permissions of the resource; `unknown_permission_ids` lists them; nothing was changed',
     whatToDo: 'Correct or drop the ids that `unknown_permission_ids` lists, and send the whole request again.'
   },
+  'grant-too-large': {
+    title: 'Grant too large',
+    status: 422,
+    when: 'a grant is too large for the database to store: a grant holds the resource id, the client id and the permission\'s id, name and description, which must fit in about 2,700 bytes of UTF-8 together (only ids of multi-byte characters near their 255-character bound come close); nothing was granted',
+    whatToDo: 'Nothing a retry can change: the ids, or the permission\'s name and description, must be shorter. Rename them (new ids, or new names and descriptions) and grant again.'
+  },
   'database-unavailable': {
     title: 'Database unavailable',
     status: 503,
@@ -217,6 +223,9 @@ export const problems = {
   unknownPermissions: (resourceId: string, ids: string[], unchanged = 'nothing was removed') => ofType('unknown-permissions', {
     detail: `${ids.length === 1 ? 'One id is not a permission' : `${ids.length} ids are not permissions`} of the resource "${resourceId}"; ${unchanged}.`,
     extensions: { unknown_permission_ids: ids }
+  }),
+  grantTooLarge: (resourceId: string, clientId: string) => ofType('grant-too-large', {
+    detail: `A grant of these permissions to the client "${clientId}" on the resource "${resourceId}" is too long together to be stored; nothing was granted.`
   }),
   preconditionFailed: () => ofType('precondition-failed', {
     detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'

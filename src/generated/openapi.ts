@@ -201,9 +201,12 @@ export interface paths {
          * @description The inverse of DELETE: grants the listed permissions within the client's existing
          *     authorization on the resource, in one transaction. Ids already granted are ignored, so a
          *     retried request still answers 204. If any id is not a permission of the resource the request
-         *     answers 422 naming every such id and grants nothing. The client must already be authorized
-         *     on the resource (404 `client-not-authorized` otherwise: authorizing a client is another
-         *     operation). `If-Match` and `If-None-Match` work as for DELETE. A malformed one is 400
+         *     answers 422 naming every such id and grants nothing. A grant holds the resource id, the
+         *     client id and the permission's id, name and description in the database's indexes, which
+         *     take about 2,700 bytes of UTF-8 together: ids of multi-byte characters near their bound can
+         *     be over it, and the request then answers 422 `grant-too-large` and grants nothing. The client
+         *     must already be authorized on the resource (404 `client-not-authorized` otherwise:
+         *     authorizing a client is another operation). `If-Match` and `If-None-Match` work as for DELETE. A malformed one is 400
          *     (before the 404s); then the 404s come first, then 412, then 422.
          */
         post: operations["grantClientPermissions"];
@@ -332,6 +335,7 @@ export interface components {
          *     | `/problems/changes-pruned` | Changes pruned | 410 | the feed's `after` (or `Last-Event-ID`) is older than the newest change the prune command deleted: changes after it are gone | Rebuild what you derived from the feed, then read it again without `after`, from the oldest change kept; `pruned_through` names the newest change deleted. |
          *     | `/problems/precondition-failed` | Precondition failed | 412 | the `If-Match` names no current `ETag`: the grants changed since; or the `If-None-Match` names the current one, or is `*`; nothing was changed | GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`. After an `If-None-Match`: the grants are at a version it names, as the caller meant to avoid. |
          *     | `/problems/unknown-permissions` | Unknown permissions | 422 | some ids are not permissions of the resource; `unknown_permission_ids` lists them; nothing was changed | Correct or drop the ids that `unknown_permission_ids` lists, and send the whole request again. |
+         *     | `/problems/grant-too-large` | Grant too large | 422 | a grant is too large for the database to store: a grant holds the resource id, the client id and the permission's id, name and description, which must fit in about 2,700 bytes of UTF-8 together (only ids of multi-byte characters near their 255-character bound come close); nothing was granted | Nothing a retry can change: the ids, or the permission's name and description, must be shorter. Rename them (new ids, or new names and descriptions) and grant again. |
          *     | `/problems/database-unavailable` | Database unavailable | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query) | Retry after `Retry-After` seconds: DELETE and POST are idempotent, so sending one again is safe. If it lasts, the service's database is down or out of reach (its `/readyz` says so too). |
          *     | `/problems/keys-unavailable` | Signing keys unavailable | 503 | the identity provider's key set (`JWKS_URL`) has never been fetched and cannot be now | Retry after `Retry-After` seconds. The token is not at fault: if it lasts, the identity provider or the service's `JWKS_URL` is. |
          *     | `/problems/overloaded` | Overloaded | 503 | more requests than this replica can serve now, answered at once instead of queued: no database connection became free within `DATABASE_CONNECTION_WAIT_MS` (1 s) or the database refused one more, the database cancelled a statement past `DATABASE_STATEMENT_TIMEOUT_MS` (5 s), or the event loop lags, or (a change feed stream) `FEED_MAX_STREAMS` streams are open already; nothing was changed | Retry after `Retry-After` seconds, and spread retries out rather than sending them all at once. A change feed consumer refused a stream can poll instead. |
@@ -1087,13 +1091,16 @@ export interface operations {
             412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["ContentTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
-            /** @description Some ids are not permissions of the resource; nothing was granted. */
+            /**
+             * @description Some ids are not permissions of the resource (`unknown-permissions`), or a grant is too
+             *     large for the database to store (`grant-too-large`); nothing was granted.
+             */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/problem+json": components["schemas"]["UnknownPermissionsProblem"];
+                    "application/problem+json": components["schemas"]["UnknownPermissionsProblem"] | components["schemas"]["Problem"];
                 };
             };
             431: components["responses"]["HeadersTooLarge"];

@@ -118,3 +118,27 @@ t.test('each statement is prepared once per connection under its own name; none 
       : [], `prepared=${prepared}`)
   }
 })
+
+t.test('a grant too large for the database\'s indexes → 422 grant-too-large, nothing granted, the next request served', async (t) => {
+  // Within every bound of the contract, over a grant's index entry (about 2.7 kB): 255 characters
+  // of four bytes each (which compression cannot shrink) in the resource, client and permission ids.
+  const long = (first: number) => Array.from({ length: 255 }, (_, i) => String.fromCodePoint(0x20000 + ((first * 7919 + i * 104729) % 0xa6d0))).join('')
+  const [resource, client, permission] = [long(1), long(2), long(3)]
+  await harness.db.query('INSERT INTO resources (id) VALUES ($1)', [resource])
+  await harness.db.query('INSERT INTO clients (id) VALUES ($1)', [client])
+  await harness.db.query('INSERT INTO permissions (resource_id, id, name) VALUES ($1, $2, \'read:new\')', [resource, permission])
+  await harness.db.query('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [resource, client])
+  const res = await grant([permission], ordersPath(client, resource))
+  t.equal(res.status, 422)
+  t.match(res.headers.get('content-type'), 'application/problem+json')
+  t.match(res.body, {
+    type: '/problems/grant-too-large',
+    title: 'Grant too large',
+    detail: /too long together to be stored; nothing was granted/
+  })
+  t.notMatch(JSON.stringify(res.body), /index row|btree|maximum/i, 'the database\'s words stay in the log')
+  t.same(await grantsOf(client, resource), [])
+  const { rows: [{ count }] } = await harness.db.query('SELECT count(*)::int AS count FROM permission_changes WHERE resource_id = $1', [resource])
+  t.equal(count, 0, 'no history')
+  t.equal((await grant(['p_update_refunds'])).status, 204, 'the service goes on')
+})

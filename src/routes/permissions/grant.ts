@@ -3,6 +3,8 @@
 import type { FastifyInstance } from 'fastify'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
+import { isOverDatabaseLimit } from '../../../db/errors.js'
+import { problems } from '../../problems.js'
 import { changeOf, sendChanged } from './change.js'
 import { sendConsistencyToken } from '../consistency.js'
 import { assertChangeApplies } from './target.js'
@@ -16,8 +18,14 @@ export default async function grant (fastify: FastifyInstance) {
     Body: Grant['requestBody']['content']['application/json']
   }>(url, { schema, config }, async (request, reply) => {
     const change = changeOf(request)
-    const result = await fastify.queries.grantPermissions(change)
     const { resourceId, clientId } = change
+    const result = await fastify.queries.grantPermissions(change).catch((error: unknown) => {
+      // Ids within the contract's bounds can still be too long together for the grant's index
+      // entry: the caller's to shorten, not a fault of the service (the transaction rolled back).
+      if (!isOverDatabaseLimit(error)) throw error
+      request.log.info({ resourceId, clientId, reason: (error as Error).message }, 'grant too large to store')
+      throw problems.grantTooLarge(resourceId, clientId)
+    })
     // Refused or not, the answer says where the primary was: a caller told 412 reads the current
     // ETag next, and with this token never from a replica older than the refusal.
     sendConsistencyToken(reply, result.position)
