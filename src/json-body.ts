@@ -3,10 +3,23 @@
 // bytes into U+FFFD; this one refuses them, then hands the text to Fastify's JSON parser (which
 // also refuses __proto__ and constructor poisoning).
 import type { FastifyInstance } from 'fastify'
+import { parse as parseContentType } from 'fast-content-type-parse'
 import { Problem, problems } from './problems.js'
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })
-const charsetParameter = /;\s*charset\s*=\s*"?([^";\s]+)"?/i
+
+/**
+ * The charset a Content-Type declares, lower-cased, or undefined for none; null when its parameters
+ * are not RFC 9110 §8.3's syntax (a parameter without a value, an unclosed quote). Parsed, not
+ * searched: `charset=` inside another parameter's quoted value is no charset.
+ */
+function charsetOf (contentType: string): string | undefined | null {
+  try {
+    return parseContentType(contentType).parameters.charset?.toLowerCase()
+  } catch {
+    return null
+  }
+}
 
 export function registerJsonBodyParser (fastify: FastifyInstance): void {
   // Stryker disable next-line StringLiteral: secure-json-parse reads an empty action as its default, 'error'
@@ -19,8 +32,11 @@ export function registerJsonBodyParser (fastify: FastifyInstance): void {
       return done(new Problem({ status: 415, detail: 'The body must not be content-encoded.', headers: { 'accept-encoding': 'identity' } }), undefined)
     }
     // Stryker disable next-line StringLiteral: this parser runs only for a Content-Type of application/json, so the header is there
-    const charset = charsetParameter.exec(request.headers['content-type'] ?? '')?.[1].toLowerCase()
-    if (charset && charset !== 'utf-8' && charset !== 'utf8') {
+    const charset = charsetOf(request.headers['content-type'] ?? '')
+    if (charset === null) {
+      return done(problems.invalidRequest([{ location: 'header', pointer: '/content-type', message: 'must be a media type with parameters of the form name=value, such as application/json; charset=utf-8' }]), undefined)
+    }
+    if (charset !== undefined && charset !== 'utf-8' && charset !== 'utf8') {
       return done(new Problem({ status: 415, detail: 'The body must be application/json in UTF-8.' }), undefined)
     }
     let text: string

@@ -185,10 +185,21 @@ t.test('JSON in another charset or content-encoded → 415; bytes that are not U
   const quotedUtf8 = await send({ 'content-type': 'application/json; charset="UTF-8"', 'content-encoding': 'identity' })
   t.equal(quotedUtf8.status, 204, 'UTF-8, quoted and in capitals, unencoded: accepted')
   // utf8 is a common alias; a parameter that only looks like charset is not one.
-  for (const contentType of ['application/json; charset=utf8', 'application/json; charsetx=latin1']) {
+  for (const contentType of ['application/json; charset=utf8', 'application/json; charsetx=latin1', 'application/json; foo="a;charset=latin1"', 'application/json;', 'application/json;;charset=utf-8']) {
     await harness.seed(ordersFixture())
     t.equal((await send({ 'content-type': contentType })).status, 204, contentType)
   }
+})
+
+t.test('a Content-Type whose parameters are not name=value → 400 naming the header, nothing removed', async (t) => {
+  for (const contentType of ['application/json; charset', 'application/json; charset="utf-8', 'application/json; charset=latin1 x']) {
+    const res = await harness.request(ordersPath(), {
+      method: 'DELETE', token: deleteToken(), headers: { 'content-type': contentType }, body: '["p_read_orders"]'
+    })
+    t.equal(res.status, 400, contentType)
+    t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'header', pointer: '/content-type' }] }, contentType)
+  }
+  t.equal((await grantsOf()).length, 10)
 })
 
 t.test('bodies over 256 KiB → 413, nothing removed', async (t) => {
