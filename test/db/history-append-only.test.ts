@@ -191,6 +191,34 @@ t.test('pruneChanges deletes the changes older than N days, only those; under a 
   await t.rejects(harness.db.query('DELETE FROM permission_changes'), { code: APPEND_ONLY }, 'and DELETE is refused again after a prune')
 })
 
+t.test('the prune mark moves only as a prune moves it: never down, never removed, never over a kept change (0012)', async (t) => {
+  const harness = await fresh(t)
+  const mark = async () => (await harness.db.query<{ id: string }>('SELECT through_id::text AS id FROM permission_changes_pruned')).rows.map(({ id }) => id)
+  const oldest = await recordedAgo(harness.db, '40 days', '40-days')
+  const kept = await recordedAgo(harness.db, '10 days', '10-days')
+  await t.rejects(withPruneFlag(harness.db, 'INSERT INTO permission_changes_pruned (through_id) VALUES ($1)', [kept]),
+    { code: APPEND_ONLY, message: /a kept change cannot be under the mark/ }, 'no mark over a change still kept')
+  await t.rejects(harness.db.query('INSERT INTO permission_changes_pruned (through_id) VALUES (1)'),
+    { code: APPEND_ONLY, message: /the mark is written by the prune command/ }, 'not outside a prune\'s transaction')
+  t.same(await mark(), [], 'no mark yet')
+
+  t.equal(await pruneChanges(harness.db, 30), 1, 'a prune moves it')
+  t.same(await mark(), [oldest])
+  for (const [sql, message] of [
+    ['UPDATE permission_changes_pruned SET through_id = through_id - 1', /the mark never goes down/],
+    ['UPDATE permission_changes_pruned SET through_id = 0', /the mark never goes down/],
+    ['UPDATE permission_changes_pruned SET through_id = (SELECT max(id) FROM permission_changes)', /a kept change cannot be under the mark/],
+    ['DELETE FROM permission_changes_pruned', /the mark cannot be removed/],
+    ['TRUNCATE permission_changes_pruned', /the mark cannot be removed/]
+  ] as const) {
+    await t.rejects(withPruneFlag(harness.db, sql), { code: APPEND_ONLY, message }, `${sql}, with the prune flag`)
+    await t.rejects(harness.db.query(sql), { code: APPEND_ONLY }, `${sql}, without it`)
+  }
+  t.same(await mark(), [oldest], 'the mark as the prune left it')
+  t.equal(await pruneChanges(harness.db, 5), 1, 'the next prune still moves it up')
+  t.same(await mark(), [kept])
+})
+
 t.test('the service still records its changes: a DELETE and a POST through the app each add a row', async (t) => {
   const harness = await fresh(t)
   t.equal((await harness.request(ordersPath(), { method: 'DELETE', token: writer, json: ['p_read_orders'] })).status, 204)
@@ -214,7 +242,7 @@ t.test('migration 0006 on a database with history: the rows stay, and are append
   }
   await recordedAgo(pool, '2 days', 'before-0006')
   await t.resolves(pool.query("UPDATE permission_changes SET actor_sub = 'mallory' WHERE false"), 'before 0006, an UPDATE runs')
-  t.same(await migrateDatabase(pool, migrationsDir), ['0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql', '0012_prune_mark_guarded.sql'])
   const before = await historyRows(pool)
   t.equal(before.length, 1)
   await t.rejects(pool.query("UPDATE permission_changes SET actor_sub = 'mallory'"), { code: APPEND_ONLY })
