@@ -1,6 +1,6 @@
 // The application as a plugin: cross-cutting plugins first, then routes, then error handling.
 // Only src/serve.ts listens (started by src/server.ts); tests register this same plugin (test/support/harness.ts).
-import type { IncomingMessage, Server } from 'node:http'
+import { type IncomingMessage, METHODS, type Server } from 'node:http'
 import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import auth, { publicRoute } from '../plugins/auth/index.js'
@@ -167,13 +167,19 @@ export default fp(app, { name: 'app' })
 
 // A known path with a method the spec does not define answers 405 with Allow, not 404.
 function registerMethodNotAllowed (fastify: FastifyInstance) {
+  // Every method Node parses (PROPFIND, SEARCH, M-SEARCH…), routed too: Fastify routes nine of
+  // them by itself, and answered the others 404, as if the path did not exist. CONNECT never
+  // reaches the router (Node emits it as 'connect', unanswered: the socket is closed).
+  for (const method of METHODS) {
+    if (method !== 'CONNECT' && !fastify.supportedMethods.includes(method)) fastify.addHttpMethod(method, { hasBody: true })
+  }
   const methodsByUrl = new Map<string, string[]>()
   for (const { url, method } of Object.values(operations)) {
     methodsByUrl.set(url, [...(methodsByUrl.get(url) ?? []), method])
   }
   for (const [url, defined] of methodsByUrl) {
     const allowed = defined.includes('GET') ? [...defined, 'HEAD'] : defined
-    // Every method Fastify routes (TRACE and QUERY too), less those the path has.
+    // Every method routed (TRACE and QUERY too), less those the path has.
     const others = fastify.supportedMethods.filter((method) => !allowed.includes(method))
     fastify.route({
       method: others,

@@ -17,7 +17,8 @@ t.test('an unknown route → 404 about:blank problem, even with a token', async 
 })
 
 t.test('a method the spec does not define on a known path → 405 with Allow, before auth and body', async (t) => {
-  for (const method of ['PUT', 'PATCH', 'OPTIONS', 'TRACE', 'QUERY']) {
+  // Fastify's own methods, and methods Node parses that Fastify does not route by itself.
+  for (const method of ['PUT', 'PATCH', 'OPTIONS', 'TRACE', 'QUERY', 'PROPFIND', 'SEARCH', 'M-SEARCH', 'LOCK']) {
     const res = await harness.request(ordersPath(), {
       method, headers: { 'content-type': 'text/plain' }, body: 'x'.repeat(300 * 1024)
     })
@@ -25,6 +26,9 @@ t.test('a method the spec does not define on a known path → 405 with Allow, be
     t.equal(res.headers.get('allow'), 'GET, POST, DELETE, HEAD')
     t.match(res.body, { type: 'about:blank', title: 'Method Not Allowed', status: 405 })
   }
+  const elsewhere = await harness.request('/nothing', { method: 'PROPFIND' })
+  t.equal(elsewhere.status, 404, 'on an unknown path, any method is 404')
+  t.match(elsewhere.body, { type: 'about:blank', title: 'Not Found' })
   const health = await harness.request('/healthz', { method: 'DELETE' })
   t.equal(health.status, 405)
   t.equal(health.headers.get('allow'), 'GET, HEAD')
