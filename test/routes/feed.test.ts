@@ -325,3 +325,21 @@ t.test('entries are JSON written by PostgreSQL: any text comes back as it was re
     request_id: hostile[3]
   })
 })
+
+t.test('a change whose time no RFC 3339 date-time shows (infinite, past year 9999, BC) is refused by the database, whoever writes it: the feed stays JSON', async (t) => {
+  // Another writer's rows: the API always records now(). 'infinity' made the feed's entry NULL, and
+  // the page holding it was not JSON for every consumer.
+  for (const at of ['infinity', '-infinity', '10000-01-01 00:00:00+00', '0001-12-31 23:59:59+00 BC']) {
+    await t.rejects(harness.db.query(`
+      INSERT INTO permission_changes (resource_id, client_id, at, action, permission_ids, request_id)
+      VALUES ('orders-api', 'app-a', $1::timestamptz, 'granted', '{p_sql}', 'odd-time')`, [at]), { code: '23514' }, at)
+  }
+  const edges = ['0001-01-01 00:00:00+00', '9999-12-31 23:59:59.999+00']
+  for (const at of edges) {
+    await harness.db.query(`
+      INSERT INTO permission_changes (resource_id, client_id, at, action, permission_ids, request_id)
+      VALUES ('orders-api', 'app-a', $1::timestamptz, 'granted', '{p_sql}', 'edge')`, [at])
+  }
+  const entries = await settled(2)
+  t.same(entries.map(({ at }) => at), ['0001-01-01T00:00:00.000Z', '9999-12-31T23:59:59.999Z'], 'the first and last years shown are kept, as toISOString shows them')
+})
