@@ -106,7 +106,7 @@ t.test('after is exclusive; limit pages; Link rel=next followed to the end, then
   const empty = await poll()
   t.equal(empty.status, 200)
   t.same(empty.entries, [], 'nothing recorded yet: []')
-  t.equal(nextOf(empty).search, '?limit=50', 'and a next link all the same, without after')
+  t.match(nextOf(empty).search, /^\?after=[0-9]{1,18}&limit=50$/, 'and a next link all the same, from where the feed stands (below its horizon)')
 
   for (const id of ['p_read_orders', 'p_create_orders', 'p_update_orders', 'p_delete_orders', 'p_read_invoices']) {
     t.equal((await change('DELETE', [id])).status, 204)
@@ -173,7 +173,7 @@ t.test('resource_id keeps one resource\'s changes, with after and limit, and the
   t.same((await follow(nextOf(odd))).entries, [])
   const unknown = await poll('?resource_id=no-such-api')
   t.same(unknown.entries, [], 'a resource without changes (or unknown): []')
-  t.same(Object.fromEntries(nextOf(unknown).searchParams), { limit: '50', resource_id: 'no-such-api' })
+  t.match(Object.fromEntries(nextOf(unknown).searchParams), { after: /^[0-9]{1,18}$/, limit: '50', resource_id: 'no-such-api' })
 })
 
 t.test('400 invalid-request naming the parameter: after not an id, limit out of range or not an integer, an undeclared parameter, a malformed Last-Event-ID', async (t) => {
@@ -263,12 +263,13 @@ t.test('HEAD answers as GET does, without a body', async (t) => {
 })
 
 t.test('the next link is absolute, on the host the request named; path-only for a Host that is not a plain host', async (t) => {
-  t.equal((await poll()).headers.get('link'), `<${harness.baseUrl}${FEED}?limit=50>; rel="next"`)
+  // An empty feed: the links' after is where it stands.
+  t.match((await poll()).headers.get('link'), new RegExp(`^<${harness.baseUrl}${FEED}\\?after=[0-9]+&limit=50>; rel="next"$`))
   const named = await poll('?limit=3&resource_id=orders-api', { host: 'feed.example:8443' })
-  t.equal(named.headers.get('link'), '<http://feed.example:8443/permission_changes?limit=3&resource_id=orders-api>; rel="next"')
+  t.match(named.headers.get('link'), /^<http:\/\/feed\.example:8443\/permission_changes\?after=[0-9]+&limit=3&resource_id=orders-api>; rel="next"$/)
   const hostile = await poll('', { host: 'evil>.example' })
   t.equal(hostile.status, 200)
-  t.equal(hostile.headers.get('link'), '</permission_changes?limit=50>; rel="next"')
+  t.match(hostile.headers.get('link'), /^<\/permission_changes\?after=[0-9]+&limit=50>; rel="next"$/)
 })
 
 t.test('a change behind a transaction still open is held back with every later one, then read in order once it commits: nothing skipped', async (t) => {
@@ -342,4 +343,18 @@ t.test('a change whose time no RFC 3339 date-time shows (infinite, past year 999
   }
   const entries = await settled(2)
   t.same(entries.map(({ at }) => at), ['0001-01-01T00:00:00.000Z', '9999-12-31T23:59:59.999Z'], 'the first and last years shown are kept, as toISOString shows them')
+})
+
+t.test('a reader that started on an empty feed and follows its next link is answered 410 when changes recorded since were pruned, not the rest without them', async (t) => {
+  const empty = await poll()
+  t.same(empty.entries, [], 'nothing recorded yet')
+  const next = nextOf(empty)
+  // Recorded after that poll by another writer (as if long ago: the history cannot be aged), then pruned.
+  const [gone] = await recordedBySql([{ ago: '40 days', requestId: 'recorded-then-pruned' }])
+  await recordedBySql([{ ago: '2 days', requestId: 'kept' }])
+  await settled(2)
+  t.equal(await pruneChanges(harness.db, 30), 1)
+  const resumed = await follow(next)
+  t.equal(resumed.status, 410, 'the change recorded since its poll is gone: it is told so')
+  t.match(resumed.body, { type: '/problems/changes-pruned', pruned_through: gone })
 })

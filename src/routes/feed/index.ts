@@ -31,8 +31,11 @@ export default async function changeFeed (fastify: FastifyInstance) {
     const page = await fastify.queries.readFeed({ after: afterParameter, limit, resourceId }, { after: consistencyTokenOf(request) })
     sendConsistencyToken(reply, page.position)
     assertNotPruned(afterParameter, page)
-    // Always a next link: an empty page is polled again from the same place.
-    const next = page.changes.at(-1)?.id ?? afterParameter
+    // Always a next link: an empty page is polled again from the same place. Without a cursor, that
+    // place is just below the horizon (every change below it is final, and none is kept): from no
+    // cursor, a reader coming back after a prune of changes recorded since would start again past
+    // them without a 410.
+    const next = page.changes.at(-1)?.id ?? afterParameter ?? String(BigInt(page.horizon) - 1n)
     const query = new URLSearchParams({ ...(next === undefined ? {} : { after: next }), limit: String(limit), ...(resourceId === undefined ? {} : { resource_id: resourceId }) })
     reply.header('link', `<${siteUrl(request, '/permission_changes')}?${query.toString()}>; rel="next"`)
     // Entries as PostgreSQL wrote them, in the spec's shape (the contract tests check every answer),
