@@ -30,8 +30,9 @@ const schema = {
     // "transaction" behind a transaction pooler (PgBouncer pool_mode=transaction): no session
     // settings are sent with connections (the pooler refuses them); put them on the role instead.
     DATABASE_POOLER: { type: 'string', enum: ['none', 'transaction'], default: 'none' },
-    // Streaming replicas of DATABASE_URL, comma-separated: reads (GET and HEAD of the list and the
-    // history) may be answered by one; writes never are. Unset: every statement on DATABASE_URL.
+    // Streaming replicas of DATABASE_URL, comma-separated: reads (GET and HEAD of the list, the
+    // history and the change feed's polled pages) may be answered by one; writes never are. Unset:
+    // every statement on DATABASE_URL.
     DATABASE_REPLICA_URLS: { type: 'string', pattern: '^ *postgres(ql)?://[^,]+( *, *postgres(ql)?://[^,]+)* *$' },
     // A read without Consistency-Token goes to a replica only while its lag is at most this: a
     // second, about what a caller without a token notices of a change made elsewhere, and well
