@@ -87,7 +87,7 @@ export default fp(async function metrics (fastify) {
   })
   new client.Gauge({ // eslint-disable-line no-new
     name: 'feed_streams_cut',
-    help: 'Change feed streams cut since the start because their consumer read too slowly (FEED_STREAM_BUFFER_BYTES)',
+    help: 'Change feed streams cut since the start because their consumer read too slowly (FEED_STREAM_BUFFER_BYTES) or stopped reading (FEED_STALL_TIMEOUT_MS)',
     collect () { this.set(feed.cut) }
   })
   const { listPages } = fastify
