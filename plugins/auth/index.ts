@@ -52,7 +52,7 @@ export function tokenAcceptedUntil (request: FastifyRequest): number {
 
 const TOKEN_CACHE_SIZE = 1000
 const TOKEN_CACHE_TTL_MS = 60_000
-// A longer token is verified every time rather than kept by its text (a header may hold 16 KiB).
+// A longer token is verified every time rather than kept by its text (the headers may hold 128 KiB: maxHeaderSize in src/app.ts).
 const CACHED_TOKEN_MAX_LENGTH = 4096
 
 // RFC 6750 §2.1: the scheme is case-insensitive; the token is a b64token.
