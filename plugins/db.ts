@@ -9,7 +9,7 @@ import fp from 'fastify-plugin'
 import { databaseErrorSummary } from '../db/errors.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { DatabasePool } from '../db/pool.js'
-import { type ChangeInput, type ChangeOptions, type ChangeResult, grantPermissions, unauthorizePermissions } from '../db/queries/change.js'
+import { type ChangeInput, type ChangeOptions, type ChangeResult, grantPermissions, primaryPositionNow, unauthorizePermissions } from '../db/queries/change.js'
 import { type FeedInput, type FeedPage, readFeed } from '../db/queries/feed.js'
 import { type ChangeHistoryInput, type ChangeHistoryPage, listPermissionChanges } from '../db/queries/history.js'
 import { type ListGrantedPermissionsInput, listGrantedPermissions, type PermissionPage } from '../db/queries/list.js'
@@ -63,6 +63,11 @@ export interface Queries {
   unauthorizePermissions: (input: ChangeInput) => Promise<ChangeResult>
   /** A grant, on the primary in a transaction of its own. */
   grantPermissions: (input: ChangeInput) => Promise<ChangeResult>
+  /**
+   * Where the primary is now, when a change answers positions (with replicas): the Consistency-Token
+   * of a change the database refused with an error, which has no commit of its own to give one.
+   */
+  primaryPosition: () => Promise<string | undefined>
 }
 
 export default fp(async function db (fastify) {
@@ -164,7 +169,8 @@ function boundQueries (pool: DatabasePool, read: Read, change: ChangeOptions): Q
     readFeed: (input, options) => read((db, position) => readFeed(db, input, { prepared, position }), options),
     readFeedFromPrimary: (input) => readFeed(pool, input, { prepared }),
     unauthorizePermissions: (input) => unauthorizePermissions(pool, input, change),
-    grantPermissions: (input) => grantPermissions(pool, input, change)
+    grantPermissions: (input) => grantPermissions(pool, input, change),
+    primaryPosition: async () => change.position === true ? primaryPositionNow(pool) : undefined
   }
 }
 

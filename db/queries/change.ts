@@ -231,6 +231,12 @@ async function changeGrantsOnce (pool: pg.Pool, name: string, text: string, inpu
   }
 }
 
+/** Where the primary is now: past every commit made so far (db/lsn.ts), for a refusal that made none. */
+export async function primaryPositionNow (pool: pg.Pool): Promise<string> {
+  const { rows: [row] } = await pool.query<{ position: string }>(`SELECT ${primaryPosition} AS position`)
+  return row.position
+}
+
 /** Removes grants from a client's authorization on a resource (ids not granted are no-ops). */
 export function unauthorizePermissions (pool: pg.Pool, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
   return changeGrants(pool, 'unauthorize', unauthorizeSql, input, options)

@@ -1,5 +1,6 @@
 // POST: the inverse of DELETE, with the same body rules and the same 404 order.
 import t from 'tap'
+import { freePort } from '../../db/embedded-postgres.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { deleteToken, readToken, token } from '../support/tokens.js'
@@ -141,4 +142,23 @@ t.test('a grant too large for the database\'s indexes → 422 grant-too-large, n
   const { rows: [{ count }] } = await harness.db.query('SELECT count(*)::int AS count FROM permission_changes WHERE resource_id = $1', [resource])
   t.equal(count, 0, 'no history')
   t.equal((await grant(['p_update_refunds'])).status, 204, 'the service goes on')
+})
+
+t.test('with replicas, a grant too large answers its 422 with a Consistency-Token, as every other refusal of a change', async (t) => {
+  // A replica nobody listens on: down, so the primary answers everything, with positions.
+  const replicated = await build(t, { DATABASE_REPLICA_URLS: `postgres://u:p@127.0.0.1:${await freePort()}/db` })
+  await replicated.seed(ordersFixture())
+  const long = (first: number) => Array.from({ length: 255 }, (_, i) => String.fromCodePoint(0x20000 + ((first * 7919 + i * 104729) % 0xa6d0))).join('')
+  const [resource, client, permission] = [long(1), long(2), long(3)]
+  await replicated.db.query('INSERT INTO resources (id) VALUES ($1)', [resource])
+  await replicated.db.query('INSERT INTO clients (id) VALUES ($1)', [client])
+  await replicated.db.query('INSERT INTO permissions (resource_id, id, name) VALUES ($1, $2, \'read:new\')', [resource, permission])
+  await replicated.db.query('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [resource, client])
+  const post = (ids: string[], path = ordersPath()) => replicated.request(path, { method: 'POST', token: createToken(), json: ids })
+  const unknown = await post(['nope'])
+  t.equal(unknown.status, 422)
+  t.match(unknown.headers.get('consistency-token'), /^[0-9A-F]+\/[0-9A-F]+$/, 'unknown-permissions')
+  const tooLarge = await post([permission], ordersPath(client, resource))
+  t.match(tooLarge.body, { type: '/problems/grant-too-large' })
+  t.match(tooLarge.headers.get('consistency-token'), /^[0-9A-F]+\/[0-9A-F]+$/, 'grant-too-large')
 })

@@ -19,11 +19,14 @@ export default async function grant (fastify: FastifyInstance) {
   }>(url, { schema, config }, async (request, reply) => {
     const change = changeOf(request)
     const { resourceId, clientId } = change
-    const result = await fastify.queries.grantPermissions(change).catch((error: unknown) => {
+    const result = await fastify.queries.grantPermissions(change).catch(async (error: unknown) => {
       // Ids within the contract's bounds can still be too long together for the grant's index
       // entry: the caller's to shorten, not a fault of the service (the transaction rolled back).
       if (!isOverDatabaseLimit(error)) throw error
       request.log.info({ resourceId, clientId, reason: (error as Error).message }, 'grant too large to store')
+      // A refusal like the 412 and the other 422 (below), so with a token too (docs/scaling.md);
+      // without one if the primary cannot say where it is: the 422 is still the answer.
+      sendConsistencyToken(reply, await fastify.queries.primaryPosition().catch(() => undefined))
       throw problems.grantTooLarge(resourceId, clientId)
     })
     // Refused or not, the answer says where the primary was: a caller told 412 reads the current
