@@ -76,8 +76,8 @@ export const problemTypes = {
   'precondition-failed': {
     title: 'Precondition failed',
     status: 412,
-    when: 'the `If-Match` names no current `ETag`: the grants changed since; or the `If-None-Match` names the current one, or is `*`; nothing was changed',
-    whatToDo: 'GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`. After an `If-None-Match`: the grants are at a version it names, as the caller meant to avoid.'
+    when: 'the `If-Match` names no current `ETag`: the grants changed since; or (on a change) the `If-None-Match` names the current one, or is `*`; nothing was changed, and the list served no page',
+    whatToDo: 'GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`. After an `If-None-Match`: the grants are at a version it names, as the caller meant to avoid. On the list: read it again from its first page, whose `ETag` names the version to walk.'
   },
   'unknown-permissions': {
     title: 'Unknown permissions',
@@ -229,6 +229,9 @@ export const problems = {
   }),
   preconditionFailed: () => ofType('precondition-failed', {
     detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'
+  }),
+  pageVersionChanged: () => ofType('precondition-failed', {
+    detail: 'The client\'s grants on the resource changed since the ETag given in If-Match: this page would show another version of them. Read the list again from its first page.'
   }),
   hostRequired: () => new Problem({ status: 400, detail: 'An HTTP/1.1 request needs exactly one Host header (RFC 9112 §3.2).' }),
   noneMatchFailed: () => ofType('precondition-failed', {

@@ -192,7 +192,9 @@ export interface paths {
          *     and then by `id`, so pages are stable. `X-Total-Count` counts every grant of this client on
          *     this resource; `Link` (RFC 8288) gives `first`, `prev`, `next` and `last` pages, keeping
          *     `limit` and `sort_by`. `prev` is omitted on page 0 and points at the last page when the
-         *     requested page is past the end; `next` is omitted on the last page and beyond.
+         *     requested page is past the end; `next` is omitted on the last page and beyond. Every page
+         *     carries the same `ETag`, the version of the grants: sent in `If-Match` with each next page,
+         *     it makes a walk through the pages read one version, or stop with 412 when the grants changed.
          */
         get: operations["listClientPermissions"];
         put?: never;
@@ -333,7 +335,7 @@ export interface components {
          *     | `/problems/client-not-found` | Client not found | 404 | no client has that id | Check the client id in the path: ids are compared exactly, case included. |
          *     | `/problems/client-not-authorized` | Client not authorized on resource | 404 | the client exists but is not authorized on the resource | Check that the resource and the client are the ones meant. Permissions are granted only within an existing authorization; authorizing a client on a resource is not an operation of this service. |
          *     | `/problems/changes-pruned` | Changes pruned | 410 | the feed's `after` (or `Last-Event-ID`) is older than the newest change the prune command deleted: changes after it are gone | Rebuild what you derived from the feed, then read it again without `after`, from the oldest change kept; `pruned_through` names the newest change deleted. |
-         *     | `/problems/precondition-failed` | Precondition failed | 412 | the `If-Match` names no current `ETag`: the grants changed since; or the `If-None-Match` names the current one, or is `*`; nothing was changed | GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`. After an `If-None-Match`: the grants are at a version it names, as the caller meant to avoid. |
+         *     | `/problems/precondition-failed` | Precondition failed | 412 | the `If-Match` names no current `ETag`: the grants changed since; or (on a change) the `If-None-Match` names the current one, or is `*`; nothing was changed, and the list served no page | GET the list again for its current `ETag`, check that the change still makes sense, and send it again with that `ETag` in `If-Match`. After an `If-None-Match`: the grants are at a version it names, as the caller meant to avoid. On the list: read it again from its first page, whose `ETag` names the version to walk. |
          *     | `/problems/unknown-permissions` | Unknown permissions | 422 | some ids are not permissions of the resource; `unknown_permission_ids` lists them; nothing was changed | Correct or drop the ids that `unknown_permission_ids` lists, and send the whole request again. |
          *     | `/problems/grant-too-large` | Grant too large | 422 | a grant is too large for the database to store: a grant holds the resource id, the client id and the permission's id, name and description, which must fit in about 2,700 bytes of UTF-8 together (only ids of multi-byte characters near their 255-character bound come close); nothing was granted | Nothing a retry can change: the ids, or the permission's name and description, must be shorter. Rename them (new ids, or new names and descriptions) and grant again. |
          *     | `/problems/database-unavailable` | Database unavailable | 503 | the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query) | Retry after `Retry-After` seconds: DELETE and POST are idempotent, so sending one again is safe. If it lasts, the service's database is down or out of reach (its `/readyz` says so too). |
@@ -509,7 +511,7 @@ export interface components {
             };
             content?: never;
         };
-        /** @description The client's grants changed since the `ETag` given in `If-Match`, or are at a version `If-None-Match` names (or it is `*`); nothing was changed. */
+        /** @description The client's grants changed since the `ETag` given in `If-Match`, or (on a change) are at a version `If-None-Match` names (or it is `*`); nothing was changed, and the list served no page. */
         PreconditionFailed: {
             headers: {
                 [name: string]: unknown;
@@ -594,6 +596,18 @@ export interface components {
          *     and before the resource, the client and the authorization are looked up (so before the 404s).
          */
         IfMatch: components["schemas"]["EntityTags"];
+        /**
+         * @description The `ETag` of a page already read, or `*`: the page is answered only if the client's grants
+         *     are still at a version it names, else 412 `precondition-failed` (RFC 9110 §13.1.1), and no
+         *     page of another version is served. Sent with each next page, it makes a walk through the
+         *     pages read one version of the grants: no permission seen twice or missed because a change
+         *     came between two pages. `*` holds whenever the client is authorized. Strong comparison, as
+         *     on a change: a weak tag never matches, nor does a tag that names no version (`"01042"`,
+         *     `"abc"`). Evaluated before `If-None-Match`, and after the 404s. The same syntax and bounds as
+         *     the other conditional headers: a header that is not `*` or a list of entity-tags, or longer
+         *     than 8192 characters, answers 400 `invalid-request` with the pointer `/if-match`.
+         */
+        IfMatchOnList: components["schemas"]["EntityTags"];
         /**
          * @description An `ETag` from an earlier answer, or `*`: when it names the current version of the client's
          *     grants (or is `*` and the client is authorized) the answer is 304 with no body. As RFC 9110
@@ -945,6 +959,18 @@ export interface operations {
                  */
                 "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
                 /**
+                 * @description The `ETag` of a page already read, or `*`: the page is answered only if the client's grants
+                 *     are still at a version it names, else 412 `precondition-failed` (RFC 9110 §13.1.1), and no
+                 *     page of another version is served. Sent with each next page, it makes a walk through the
+                 *     pages read one version of the grants: no permission seen twice or missed because a change
+                 *     came between two pages. `*` holds whenever the client is authorized. Strong comparison, as
+                 *     on a change: a weak tag never matches, nor does a tag that names no version (`"01042"`,
+                 *     `"abc"`). Evaluated before `If-None-Match`, and after the 404s. The same syntax and bounds as
+                 *     the other conditional headers: a header that is not `*` or a list of entity-tags, or longer
+                 *     than 8192 characters, answers 400 `invalid-request` with the pointer `/if-match`.
+                 */
+                "If-Match"?: components["parameters"]["IfMatchOnList"];
+                /**
                  * @description An `ETag` from an earlier answer, or `*`: when it names the current version of the client's
                  *     grants (or is `*` and the client is authorized) the answer is 304 with no body. As RFC 9110
                  *     §13.1.2 writes it: `*`, or a comma-separated list of entity-tags (`"1042"`, `W/"1042"`;
@@ -1011,6 +1037,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             408: components["responses"]["RequestTimeout"];
+            412: components["responses"]["PreconditionFailed"];
             431: components["responses"]["HeadersTooLarge"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];

@@ -18,6 +18,7 @@ export const operations = {
       403,
       404,
       408,
+      412,
       431,
       500,
       503
@@ -74,6 +75,13 @@ export const operations = {
       "headers": {
         "type": "object",
         "properties": {
+          "if-match": {
+            "type": "string",
+            "description": "`*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take.",
+            "maxLength": 8192,
+            "pattern": "^(?:\\*|(?:,[\\t ]*)*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\"(?:[\\t ]*,(?:[\\t ]*(?:W/)?\"[\\x21\\x23-\\x7E\\x80-\\xFF]*\")?)*)$",
+            "x-pattern-hint": "* or a comma-separated list of entity-tags in double quotes, such as \"1042\" or W/\"1042\""
+          },
           "if-none-match": {
             "type": "string",
             "description": "`*` or a list of entity-tags (RFC 9110 §8.8.3, §13.1.1), as If-Match and If-None-Match take.",

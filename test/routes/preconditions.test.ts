@@ -159,6 +159,30 @@ t.test('If-None-Match of up to 8192 characters is read; longer (8193 characters,
   assertHeaderRefused(t, await list('', { 'if-none-match': `${tag}, ${'"1", '.repeat(14_000)}"1"` }), 'if-none-match', overLong, '68 KB')
 })
 
+t.test('GET and HEAD honour If-Match (RFC 9110 §13.1.1): a page of another version than the one named → 412, so a walk through the pages reads one version or stops', async (t) => {
+  const tag = await etag()
+  const version = tag.slice(1, -1)
+  const first = await list('?limit=3', { 'if-match': tag })
+  t.equal(first.status, 200, 'the current tag')
+  t.equal(first.headers.get('etag'), tag)
+  for (const header of ['*', `"1", ${tag}`, `W/${tag}, ${tag}`]) t.equal((await list('?limit=3&offset=1', { 'if-match': header })).status, 200, header)
+  for (const header of ['"1"', `W/${tag}`, `"0${version}"`, '"9223372036854775808"']) {
+    const res = await list('?limit=3&offset=1', { 'if-match': header })
+    t.equal(res.status, 412, `${header}: strong comparison, a version of ours`)
+    t.match(res.body, { type: '/problems/precondition-failed' }, header)
+  }
+  t.equal((await list('?limit=3', { 'if-match': tag, 'if-none-match': tag })).status, 304, 'If-Match holds: If-None-Match decides next')
+  t.equal((await list('?limit=3', { 'if-match': '"1"', 'if-none-match': tag })).status, 412, 'If-Match first (RFC 9110 §13.2.2)')
+  t.equal((await change('DELETE', ['p_read_orders'])).status, 204)
+  const next = await list('?limit=3&offset=1', { 'if-match': tag })
+  t.equal(next.status, 412, 'the grants changed after the first page: the second is not served from another version')
+  const head = await harness.request(`${ordersPath()}?limit=3&offset=1`, { method: 'HEAD', token: readToken(), headers: { 'if-match': tag } })
+  t.equal(head.status, 412, 'HEAD')
+  t.equal((await list('', { 'if-match': '*' }, ordersPath('app-c'))).status, 404, 'not authorized: 404 first, * included')
+  t.equal((await list('', { 'if-match': tag }, ordersPath('app-c'))).status, 404)
+  assertHeaderRefused(t, await list('', { 'if-match': version }), 'if-match', malformed, 'unquoted')
+})
+
 t.test('If-Match: a stale tag, a weak one, or one that names no version of ours → 412 precondition-failed and nothing changes', async (t) => {
   const stale = await etag()
   await change('DELETE', ['p_read_orders'])

@@ -122,6 +122,11 @@ t.test('replay paused: with the DELETE\'s token the removed grant is gone (the p
   const unchanged = await call(relaxed, 'GET', ordersPath(), { 'if-none-match': `${removed.headers.get('etag')!}, "1"` })
   t.equal(unchanged.status, 304, 'If-None-Match with the DELETE\'s ETag (then an older tag), no token: decided on the primary')
   t.equal((await readCounts(relaxed))['fallback:behind_version'] - after['fallback:behind_version'], 1)
+  // If-Match as well: the replica, at the version before the DELETE, would refuse the DELETE's tag.
+  const walked = await call(relaxed, 'GET', ordersPath(), { 'if-match': removed.headers.get('etag')! })
+  t.equal(walked.status, 200, 'If-Match with the DELETE\'s ETag, no token: decided on the primary, not 412')
+  t.notOk(ids(walked).includes('p_read_orders'))
+  t.equal((await readCounts(relaxed))['fallback:behind_version'] - after['fallback:behind_version'], 2)
   // The history too: with the token it has the DELETE's change, which the paused replica has not.
   const staleHistory = await call(relaxed, 'GET', historyPath())
   const freshHistory = await call(relaxed, 'GET', historyPath(), { 'consistency-token': consistency })

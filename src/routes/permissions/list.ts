@@ -3,9 +3,10 @@ import type { FastifyInstance } from 'fastify'
 import { parseSortBy } from '../../../db/queries/sort.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
+import { problems } from '../../problems.js'
 import { collectionUrl, pageLinks } from '../links.js'
 import { consistencyTokenOf, sendConsistencyToken } from '../consistency.js'
-import { etagOf, newestOf, noneMatchFails, versionsNamed } from './preconditions.js'
+import { etagOf, ifMatchVersions, newestOf, noneMatchFails, versionsNamed } from './preconditions.js'
 import { assertClientAuthorized } from './target.js'
 
 type List = Operations['listClientPermissions']
@@ -31,19 +32,24 @@ export default async function listPermissions (fastify: FastifyInstance) {
       const { limit, offset: page, sort_by: sortBy } = request.query
       const noneMatch = request.headers['if-none-match']
       const named = versionsNamed(noneMatch)
-      const newest = newestOf(named)
+      const ifMatch = ifMatchVersions(request.headers['if-match'])
+      // Both conditions are decided on a state at least as new as the newest version they name.
+      const newest = newestOf(ifMatch === undefined ? named : [...named, ...ifMatch])
       const key = pages && JSON.stringify([resourceId, clientId, sortBy, limit, page])
       const kept = key === undefined ? undefined : pages!.candidate(key)
       // The database builds the page only when the authorization is at none of these versions.
       const knownVersions = kept === undefined ? named : [...named, kept.version]
       const result = await fastify.queries.listGrantedPermissions({ resourceId, clientId, limit, page, sort: parseSortBy(sortBy), knownVersions }, {
         after: consistencyTokenOf(request),
-        // Decided against a state at least as new as the version the caller names.
+        // Decided against a state at least as new as the version the caller names (a replica behind
+        // it would answer 412 for a tag the caller holds, or 200 for one it already has).
         satisfied: newest === undefined ? undefined : ({ version }) => version !== undefined && BigInt(version) >= newest
       })
       sendConsistencyToken(reply, result.position)
       assertClientAuthorized(result, resourceId, clientId)
       const version = result.version!
+      // If-Match first (RFC 9110 §13.2.2): a caller walking the pages of one version gets none of another.
+      if (ifMatch !== undefined && !ifMatch.includes(version)) throw problems.pageVersionChanged()
       reply.header('etag', etagOf(version))
       if (noneMatchFails(noneMatch, version)) return reply.code(304).send()
       reply.header('x-total-count', result.total)
