@@ -242,7 +242,7 @@ t.test('migration 0006 on a database with history: the rows stay, and are append
   }
   await recordedAgo(pool, '2 days', 'before-0006')
   await t.resolves(pool.query("UPDATE permission_changes SET actor_sub = 'mallory' WHERE false"), 'before 0006, an UPDATE runs')
-  t.same(await migrateDatabase(pool, migrationsDir), ['0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql', '0012_prune_mark_guarded.sql', '0013_change_times_in_range.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql', '0012_prune_mark_guarded.sql', '0013_change_times_in_range.sql', '0014_versions_outlive_truncate.sql'])
   const before = await historyRows(pool)
   t.equal(before.length, 1)
   await t.rejects(pool.query("UPDATE permission_changes SET actor_sub = 'mallory'"), { code: APPEND_ONLY })

@@ -508,7 +508,7 @@ t.test('migration 0003 gives the grants of an existing database their descriptio
       ('old-1', 'old-api', 'read:one', 'one'), ('old-2', 'old-api', 'read:two', NULL), ('old-3', 'old-api', 'read:three', 'three');
     INSERT INTO authorizations (resource_id, client_id) VALUES ('old-api', 'old-app');
     INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('old-api', 'old-app', 'old-1'), ('old-api', 'old-app', 'old-2')`)
-  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql', '0012_prune_mark_guarded.sql', '0013_change_times_in_range.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0003_description_on_grant.sql', '0004_authorization_version.sql', '0005_permission_changes.sql', '0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql', '0012_prune_mark_guarded.sql', '0013_change_times_in_range.sql', '0014_versions_outlive_truncate.sql'])
   t.same((await pool.query('SELECT permission_id, permission_description FROM grants ORDER BY permission_id')).rows,
     [{ permission_id: 'old-1', permission_description: 'one' }, { permission_id: 'old-2', permission_description: null }])
   t.same((await pool.query('SELECT grant_count::int AS n FROM authorizations')).rows, [{ n: 2 }], 'the count is untouched')
