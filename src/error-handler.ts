@@ -4,6 +4,7 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
+import { REQUEST_ID_HEADER } from './request-id.js'
 import { requestSpan } from './tracing.js'
 import { type FieldError, OVERLOADED, Problem, PROBLEM_CONTENT_TYPE, problems, SHUTTING_DOWN, STARTING, statusPhrase } from './problems.js'
 
@@ -202,6 +203,8 @@ export function frameworkErrors (error: FastifyError, request: FastifyRequest, r
     : toProblem(error)
   // With the request: when tracing is on, this is the only line such a request gets (plugins/tracing.ts).
   request.log.info({ req: request, status: problem.status, code: error.code }, problem.title)
+  // No onRequest hook runs before routing: the id the body carries is echoed here, as on every answer.
+  reply.header(REQUEST_ID_HEADER, request.id)
   return sendProblem(reply, problem)
 }
 

@@ -422,15 +422,17 @@ t.test('frameworkErrors: a broken percent-encoding is a 400 of its own; other ro
   })
   // With the request, which is all such a request gets when tracing is on (plugins/tracing.ts).
   t.match(lines, [{ level: 30, msg: 'Bad Request', status: 400, code: 'FST_ERR_BAD_URL', req: { method: 'GET', url: '/fails/%E0%A4%A' } }])
+  // No onRequest hook ran: the id is echoed all the same, as the body's request_id.
+  t.equal(res.headers['x-request-id'], res.json().request_id)
 
   const other = await app.inject({ method: 'GET', url: '/nowhere' })
   t.equal(other.statusCode, 404)
   t.equal(other.json().detail, 'There is nothing at this URL.')
 
   lines.length = 0
-  const reply = { code: () => reply, headers: () => reply, type: () => reply, send: (body: unknown) => body, request: { id: 'r1', raw: { complete: true } } }
+  const reply = { code: () => reply, header: () => reply, headers: () => reply, type: () => reply, send: (body: unknown) => body, request: { id: 'r1', raw: { complete: true } } }
   const logged: unknown[] = []
-  const request = { log: { info: (...args: unknown[]) => logged.push(args) } }
+  const request = { id: 'r1', log: { info: (...args: unknown[]) => logged.push(args) } }
   const body = frameworkErrors(fastifyError({ code: 'FST_ERR_ASYNC_CONSTRAINT', statusCode: 500 }),
     request as never, reply as never) as unknown as Record<string, unknown>
   t.same(body, { ...problems.internal().toJSON(), request_id: 'r1' })

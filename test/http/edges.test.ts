@@ -1,0 +1,34 @@
+// The less-travelled edges of the HTTP layer: requests written on a socket as given (no client
+// normalizes them), and what each gets back.
+import { connect } from 'node:net'
+import t from 'tap'
+import { ordersFixture } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
+
+const harness = await build(t)
+await harness.seed(ordersFixture())
+const port = Number(new URL(harness.baseUrl).port)
+
+/**
+ * Bytes written on a socket of their own, as given; everything answered until the server closes.
+ * Not half-closed after them: Node's server ends a connection its client half-closed at once, answers
+ * under way or not.
+ */
+function rawRequest (text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(text))
+    let data = ''
+    socket.on('data', (chunk) => { data += chunk })
+    socket.on('end', () => resolve(data))
+    socket.on('error', reject)
+  })
+}
+const headOf = (answer: string) => answer.slice(0, answer.indexOf('\r\n\r\n'))
+const bodyOf = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as Record<string, unknown>
+
+t.test('a URL whose percent-encoding is broken: the 400 carries X-Request-Id, as its body\'s request_id', async (t) => {
+  const answer = await rawRequest('GET /resources/%FF/authorized_clients/app-a/permissions HTTP/1.1\r\nHost: x\r\nX-Request-Id: gw-bad-url\r\nConnection: close\r\n\r\n')
+  t.match(answer, /^HTTP\/1\.1 400 Bad Request\r\n/)
+  t.equal(bodyOf(answer).request_id, 'gw-bad-url')
+  t.match(headOf(answer), /\r\nx-request-id: gw-bad-url\r\n/i)
+})
