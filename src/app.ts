@@ -117,6 +117,23 @@ function hostAsRequired (request: IncomingMessage): boolean {
   return lines === 1 || (lines === 0 && request.httpVersion === '1.0')
 }
 
+/**
+ * Whether the query string, if any, is percent-encoded UTF-8, as the router requires of the path
+ * (a broken path is FST_ERR_BAD_URL, 400). The query parser keeps a sequence it cannot decode as
+ * literal text instead: `?resource_id=%ED%A0%80` (an unpaired surrogate) would filter on nine
+ * characters no one sent. It starts where the router's does, at the first `?` or `#`.
+ */
+function queryDecodable (url: string): boolean {
+  const start = url.search(/[?#]/)
+  if (start === -1 || !url.includes('%', start)) return true
+  try {
+    decodeURIComponent(url.slice(start + 1))
+    return true
+  } catch {
+    return false
+  }
+}
+
 // "true", "false", or a comma-separated list of proxy addresses (Fastify's trustProxy).
 function trustProxyOf (setting: string): boolean | string {
   return setting === 'true' || setting === 'false' ? setting === 'true' : setting
@@ -133,6 +150,7 @@ async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
   fastify.addHook('onRequest', async (request, reply) => {
     reply.header(REQUEST_ID_HEADER, request.id)
     if (!hostAsRequired(request.raw)) throw problems.hostRequired()
+    if (!queryDecodable(request.url)) throw problems.brokenUrl()
   })
   // An expectation other than 100-continue, which Node would answer 417 itself, with no problem
   // body and a status no operation declares: RFC 9110 §10.1.1 lets a server ignore it.

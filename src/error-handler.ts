@@ -198,9 +198,7 @@ export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket
 
 /** Errors of Fastify's router, before any route: a URL whose percent-encoding is broken. */
 export function frameworkErrors (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const problem = error.code === 'FST_ERR_BAD_URL'
-    ? new Problem({ status: 400, detail: 'The URL is not valid: its percent-encoding is broken.' })
-    : toProblem(error)
+  const problem = error.code === 'FST_ERR_BAD_URL' ? problems.brokenUrl() : toProblem(error)
   // With the request: when tracing is on, this is the only line such a request gets (plugins/tracing.ts).
   request.log.info({ req: request, status: problem.status, code: error.code }, problem.title)
   // No onRequest hook runs before routing: the id the body carries is echoed here, as on every answer.

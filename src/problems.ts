@@ -234,6 +234,8 @@ export const problems = {
     detail: 'The client\'s grants on the resource changed since the ETag given in If-Match: this page would show another version of them. Read the list again from its first page.'
   }),
   hostRequired: () => new Problem({ status: 400, detail: 'An HTTP/1.1 request needs exactly one Host header (RFC 9112 §3.2).' }),
+  /** A URL, path or query string, whose percent-encoding is not of UTF-8 text (RFC 3986 §2.1, §2.5). */
+  brokenUrl: () => new Problem({ status: 400, detail: 'The URL is not valid: its percent-encoding is broken.' }),
   noneMatchFailed: () => ofType('precondition-failed', {
     detail: 'The client\'s grants on the resource are at a version If-None-Match names (* names any); nothing was changed.'
   }),

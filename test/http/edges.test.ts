@@ -4,6 +4,7 @@ import { connect } from 'node:net'
 import t from 'tap'
 import { ordersFixture } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
+import { readToken } from '../support/tokens.js'
 
 const harness = await build(t)
 await harness.seed(ordersFixture())
@@ -31,4 +32,12 @@ t.test('a URL whose percent-encoding is broken: the 400 carries X-Request-Id, as
   t.match(answer, /^HTTP\/1\.1 400 Bad Request\r\n/)
   t.equal(bodyOf(answer).request_id, 'gw-bad-url')
   t.match(headOf(answer), /\r\nx-request-id: gw-bad-url\r\n/i)
+})
+
+t.test('a query string whose percent-encoding is broken → 400, as the same in the path is; not taken as literal text', async (t) => {
+  for (const value of ['%', 'a%2', '%FF', '%ED%A0%80', '%E0%A4%A']) {
+    const res = await harness.request(`/permission_changes?resource_id=${value}`, { token: readToken() })
+    t.equal(res.status, 400, value)
+    t.match(res.body, { status: 400 }, value)
+  }
 })
