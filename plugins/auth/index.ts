@@ -82,6 +82,25 @@ export function grantedScopes (claims: Record<string, unknown>, scopeClaims: rea
   return NO_SCOPES
 }
 
+const AUTHORIZATION = 'authorization'
+
+/**
+ * The Authorization field as RFC 9110 §5.3 reads it: several lines are one value, joined by commas
+ * (which no Bearer credentials match). Node keeps only the first line in request.headers, so a
+ * second token, which a gateway may have checked instead, would otherwise go unseen.
+ */
+function authorizationOf (request: FastifyRequest): string | undefined {
+  const { rawHeaders } = request.raw
+  let value: string | undefined
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]
+    if (name.length === AUTHORIZATION.length && name.toLowerCase() === AUTHORIZATION) {
+      value = value === undefined ? rawHeaders[i + 1] : `${value}, ${rawHeaders[i + 1]}`
+    }
+  }
+  return value
+}
+
 export interface VerifiedToken { claims: Record<string, unknown>, scopes: ReadonlySet<string>, until: number }
 
 /**
@@ -169,7 +188,7 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
   const verifiedTokens = key.kind === 'jwks' ? undefined : new VerifiedTokens()
 
   async function authenticate (request: FastifyRequest, scopes: readonly string[]) {
-    const authorization = request.headers.authorization
+    const authorization = authorizationOf(request)
     if (!authorization || !/^Bearer(\s|$)/i.test(authorization)) throw problems.missingCredentials()
     const token = bearerCredentials.exec(authorization)?.[1]
     if (token === undefined) throw problems.invalidToken('The access token is invalid')

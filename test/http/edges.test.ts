@@ -2,7 +2,7 @@
 // normalizes them), and what each gets back.
 import { connect } from 'node:net'
 import t from 'tap'
-import { ordersFixture } from '../support/fixtures.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { readToken } from '../support/tokens.js'
 
@@ -40,4 +40,14 @@ t.test('a query string whose percent-encoding is broken → 400, as the same in 
     t.equal(res.status, 400, value)
     t.match(res.body, { status: 400 }, value)
   }
+})
+
+t.test('two Authorization lines are one comma-joined field (RFC 9110 §5.3): refused as one list of credentials is', async (t) => {
+  const token = readToken()
+  const joined = await rawRequest(`GET ${ordersPath()} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}, Bearer x\r\nConnection: close\r\n\r\n`)
+  t.match(joined, /^HTTP\/1\.1 401 /)
+  const twoLines = await rawRequest(`GET ${ordersPath()} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\nAuthorization: Bearer x\r\nConnection: close\r\n\r\n`)
+  t.match(twoLines, /^HTTP\/1\.1 401 /)
+  t.match(headOf(twoLines), /\r\nwww-authenticate: Bearer error="invalid_token"/i)
+  t.match(bodyOf(twoLines), { type: '/problems/invalid-token', status: 401 })
 })
