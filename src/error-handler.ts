@@ -1,6 +1,6 @@
 // The one error handler: every error (ours, Fastify's validation, body and routing errors, the
 // database's, Node's HTTP parser's) answered as application/problem+json, without leaking internals.
-import { STATUS_CODES } from 'node:http'
+import { type ServerResponse, STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
@@ -174,16 +174,36 @@ export function errorHandler (error: FastifyError, request: FastifyRequest, repl
   return sendProblem(reply, problem)
 }
 
+// Node's HTTP server keeps the response it is writing on the socket as _httpMessage.
+type HttpSocket = Socket & { _httpMessage?: (Pick<ServerResponse, 'headersSent' | 'writableFinished' | 'once'> & { req?: { complete: boolean } }) | null }
+// Connections whose refused request waits for the answers to the requests before it.
+const waitingForEarlierAnswers = new WeakSet<Socket>()
+
 /**
  * Requests Node's HTTP parser rejects never reach Fastify's routing: answer them as problems too,
  * straight on the socket (headers over the limit → 431, anything else malformed → 400).
  */
 export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket): void {
-  // A reset connection has no one left to answer.
-  if (error.code === 'ECONNRESET' || socket.destroyed) return
+  // A reset connection has no one left to answer; one already waiting to be answered is answered once.
+  if (error.code === 'ECONNRESET' || socket.destroyed || waitingForEarlierAnswers.has(socket)) return
+  const inFlight = (socket as HttpSocket)._httpMessage
+  // An earlier request on this connection, received whole, is still being answered: the bytes the
+  // parser refused came after it (pipelined). Its answer first, then this one: answering now would
+  // end the connection before it, and a change it made would be told to no one, or told 400.
+  if (inFlight?.req?.complete === true && !inFlight.writableFinished) {
+    waitingForEarlierAnswers.add(socket)
+    // Node's own 'finish' listener, added first, has then handed the socket to the next answer, if
+    // any, or ended it (Connection: close).
+    inFlight.once('finish', () => {
+      waitingForEarlierAnswers.delete(socket)
+      if (socket.writable) clientErrorHandler(error, socket)
+    })
+    return
+  }
   // A response already under way on this connection (a request timed out after its answer began):
-  // another status line would corrupt it, so the connection is only closed.
-  if ((socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) {
+  // another status line would corrupt it, so the connection is only closed. One sent whole (a
+  // pipelined answer, finished and not yet detached) is no longer under way.
+  if (inFlight?.headersSent && !inFlight.writableFinished) {
     socket.destroy()
     return
   }

@@ -4,7 +4,8 @@ import { connect } from 'node:net'
 import t from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
-import { readToken } from '../support/tokens.js'
+import { deleteToken, readToken, token } from '../support/tokens.js'
+import { until } from '../support/waiting.js'
 
 const harness = await build(t)
 await harness.seed(ordersFixture())
@@ -26,6 +27,8 @@ function rawRequest (text: string): Promise<string> {
 }
 const headOf = (answer: string) => answer.slice(0, answer.indexOf('\r\n\r\n'))
 const bodyOf = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as Record<string, unknown>
+const granted = async (permissionId: string) =>
+  (await harness.db.query("SELECT 1 FROM grants WHERE client_id = 'app-a' AND permission_id = $1", [permissionId])).rowCount === 1
 
 t.test('a URL whose percent-encoding is broken: the 400 carries X-Request-Id, as its body\'s request_id', async (t) => {
   const answer = await rawRequest('GET /resources/%FF/authorized_clients/app-a/permissions HTTP/1.1\r\nHost: x\r\nX-Request-Id: gw-bad-url\r\nConnection: close\r\n\r\n')
@@ -50,4 +53,25 @@ t.test('two Authorization lines are one comma-joined field (RFC 9110 §5.3): ref
   t.match(twoLines, /^HTTP\/1\.1 401 /)
   t.match(headOf(twoLines), /\r\nwww-authenticate: Bearer error="invalid_token"/i)
   t.match(bodyOf(twoLines), { type: '/problems/invalid-token', status: 401 })
+})
+
+t.test('a change followed on its connection by a request that is not HTTP still gets its own answer first', async (t) => {
+  const body = '["p_read_orders"]'
+  const answer = await rawRequest(
+    `DELETE ${ordersPath()} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${deleteToken()}\r\n` +
+    `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
+    // A pipelined request the parser refuses (a lower-case method).
+    'get /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
+  // The DELETE is applied whatever it was answered (today, while the 400 has already closed the connection).
+  await until('the DELETE to be applied', async () => !(await granted('p_read_orders')), 5000)
+  t.match(answer, /^HTTP\/1\.1 204 No Content\r\n/, 'and its 204 was sent, not replaced by the 400')
+  t.match(answer, /\r\n\r\nHTTP\/1\.1 400 Bad Request\r\n/, 'the malformed request is answered after it')
+  // With another request between them, each is answered in order: 204, 200, then the 400.
+  const answers = await rawRequest(
+    `POST ${ordersPath()} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token({ scope: 'create:resource' })}\r\n` +
+    `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}` +
+    'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n' +
+    'get /healthz HTTP/1.1\r\nHost: x\r\n\r\n')
+  t.same(answers.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 204', 'HTTP/1.1 200', 'HTTP/1.1 400'])
+  t.ok(await granted('p_read_orders'))
 })
