@@ -21,6 +21,17 @@ function charsetOf (contentType: string): string | undefined | null {
   }
 }
 
+const CONTENT_TYPE = 'content-type'
+const notJson = () => new Problem({ status: 415, detail: 'The body must be application/json.' })
+
+function contentTypeLines (rawHeaders: readonly string[]): number {
+  let lines = 0
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    if (rawHeaders[i].length === CONTENT_TYPE.length && rawHeaders[i].toLowerCase() === CONTENT_TYPE) lines++
+  }
+  return lines
+}
+
 export function registerJsonBodyParser (fastify: FastifyInstance): void {
   // Stryker disable next-line StringLiteral: secure-json-parse reads an empty action as its default, 'error'
   const parseJson = fastify.getDefaultJsonParser('error', 'error')
@@ -31,6 +42,9 @@ export function registerJsonBodyParser (fastify: FastifyInstance): void {
       // RFC 9110 §15.5.16: a 415 for a content coding says which codings are accepted.
       return done(new Problem({ status: 415, detail: 'The body must not be content-encoded.', headers: { 'accept-encoding': 'identity' } }), undefined)
     }
+    // Node keeps the first of several Content-Type lines; RFC 9110 §5.3 reads them as one list
+    // ("application/json, text/plain"), which is no media type of ours.
+    if (contentTypeLines(request.raw.rawHeaders) > 1) return done(notJson(), undefined)
     // Stryker disable next-line StringLiteral: this parser runs only for a Content-Type of application/json, so the header is there
     const charset = charsetOf(request.headers['content-type'] ?? '')
     if (charset === null) {

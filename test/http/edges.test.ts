@@ -75,3 +75,15 @@ t.test('a change followed on its connection by a request that is not HTTP still 
   t.same(answers.match(/HTTP\/1\.1 \d{3}/g), ['HTTP/1.1 204', 'HTTP/1.1 200', 'HTTP/1.1 400'])
   t.ok(await granted('p_read_orders'))
 })
+
+t.test('two Content-Type lines are one field (RFC 9110 §5.3): refused 415 as the one-line list is, and nothing changes', async (t) => {
+  const body = '["p_read_orders"]'
+  const change = (contentType: string) => rawRequest(
+    `DELETE ${ordersPath()} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${deleteToken()}\r\n${contentType}` +
+    `Content-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`)
+  t.match(await change('Content-Type: application/json, text/plain\r\n'), /^HTTP\/1\.1 415 /, 'one line')
+  const twoLines = await change('Content-Type: application/json\r\nContent-Type: text/plain\r\n')
+  t.match(twoLines, /^HTTP\/1\.1 415 /, 'two lines')
+  t.match(bodyOf(twoLines), { type: 'about:blank', status: 415 })
+  t.ok(await granted('p_read_orders'), 'nothing was removed')
+})
