@@ -15,7 +15,9 @@ t.test('who made a change: sub, and client_id or else azp; only text of 1 to 1,0
     ['an empty client_id counts as none', { client_id: '', azp: 'app-2' }, { client_id: 'app-2' }],
     ['1,024 characters kept, 1,025 dropped', { sub: 'x'.repeat(1024), client_id: 'y'.repeat(1025) }, { sub: 'x'.repeat(1024) }],
     ['not text: dropped', { sub: 42, client_id: ['app-1'], azp: { id: 'app-2' } }, {}],
-    ['no claims: nobody named', {}, {}]
+    ['no claims: nobody named', {}, {}],
+    // PostgreSQL text cannot hold NUL: such a claim is no name to record, not a 500 for every change.
+    ['a NUL in a claim: dropped', { sub: 'user\u00001', client_id: 'app\u0000', azp: 'app-2' }, { client_id: 'app-2' }]
   ]
   for (const [index, [label, claims, actor]] of cases.entries()) {
     // Alternately taken away and given back: each request changes something, so each is recorded.
