@@ -1,6 +1,7 @@
 // The application as a plugin: cross-cutting plugins first, then routes, then error handling.
 // Only src/serve.ts listens (started by src/server.ts); tests register this same plugin (test/support/harness.ts).
-import { type IncomingMessage, METHODS, type Server } from 'node:http'
+import { type IncomingMessage, METHODS, type Server, ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
 import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import auth, { publicRoute } from '../plugins/auth/index.js'
@@ -155,6 +156,15 @@ async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
   // An expectation other than 100-continue, which Node would answer 417 itself, with no problem
   // body and a status no operation declares: RFC 9110 §10.1.1 lets a server ignore it.
   fastify.server.on('checkExpectation', (request, response) => { fastify.server.emit('request', request, response) })
+  // CONNECT, which Node hands to 'connect' listeners only, and with none drops the connection
+  // unanswered: answered by the app like the other methods it does not route (404 problem).
+  fastify.server.on('connect', (request: IncomingMessage, socket: Socket) => {
+    const response = new ServerResponse(request)
+    response.shouldKeepAlive = false
+    response.assignSocket(socket)
+    response.on('finish', () => socket.destroySoon())
+    fastify.server.emit('request', request, response)
+  })
   fastify.setValidatorCompiler(validatorCompiler)
   // Only JSON bodies: Fastify would also parse text/plain (defeating the 415) and other charsets.
   registerJsonBodyParser(fastify)
@@ -186,8 +196,8 @@ export default fp(app, { name: 'app' })
 // A known path with a method the spec does not define answers 405 with Allow, not 404.
 function registerMethodNotAllowed (fastify: FastifyInstance) {
   // Every method Node parses (PROPFIND, SEARCH, M-SEARCH…), routed too: Fastify routes nine of
-  // them by itself, and answered the others 404, as if the path did not exist. CONNECT never
-  // reaches the router (Node emits it as 'connect', unanswered: the socket is closed).
+  // them by itself, and answered the others 404, as if the path did not exist. CONNECT names a
+  // host, never a path (RFC 9110 §9.3.6): it is handed over as a request above, and answered 404.
   for (const method of METHODS) {
     if (method !== 'CONNECT' && !fastify.supportedMethods.includes(method)) fastify.addHttpMethod(method, { hasBody: true })
   }

@@ -87,3 +87,13 @@ t.test('two Content-Type lines are one field (RFC 9110 §5.3): refused 415 as th
   t.match(bodyOf(twoLines), { type: 'about:blank', status: 415 })
   t.ok(await granted('p_read_orders'), 'nothing was removed')
 })
+
+t.test('CONNECT, which Fastify does not route, gets a 404 problem like the other such methods, not a connection dropped unanswered', async (t) => {
+  for (const target of ['orders.example:443', ordersPath()]) {
+    const answer = await rawRequest(`CONNECT ${target} HTTP/1.1\r\nHost: orders.example:443\r\nX-Request-Id: gw-connect\r\n\r\n`)
+    t.match(answer, /^HTTP\/1\.1 404 Not Found\r\n/, target)
+    t.match(headOf(answer), /\r\ncontent-type: application\/problem\+json/i, target)
+    t.match(headOf(answer), /\r\nx-request-id: gw-connect\r\n/i, target)
+    t.match(bodyOf(answer), { type: 'about:blank', status: 404, request_id: 'gw-connect' }, target)
+  }
+})
