@@ -189,9 +189,12 @@ async function changeGrantsOnce (pool: pg.Pool, name: string, text: string, inpu
   const client = await pool.connect()
   try {
     // One round trip; the timeout is transaction-scoped, so nothing leaks to the next user of a
-    // pooled server connection.
+    // pooled server connection. The server bounds each statement of a message on its own, the
+    // pool's query bound (only longer than one statement timeout) the whole message: the two lock
+    // waits share the timeout, half each, or two long waits were ended as an outage.
     const timeout = Math.trunc(options.statementTimeoutMs)
-    await client.query(`BEGIN; SET LOCAL statement_timeout = ${timeout}; ${authorizationLocks(client, input)}`)
+    const lockTimeout = Math.max(1, Math.floor(timeout / 2))
+    await client.query(`BEGIN; SET LOCAL statement_timeout = ${lockTimeout}; ${authorizationLocks(client, input)}; SET LOCAL statement_timeout = ${timeout}`)
     const { rows: [row] } = await client.query<TargetRow & { precondition_met: boolean, none_match_met: boolean, unknown_permission_ids: string[], changed: string, change_id: string | null, version_before: string | null }>(
       statement(name, text, [
         input.resourceId, input.clientId, input.permissionIds, input.ifMatch ?? null,
