@@ -182,8 +182,9 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
  * One change of a client's grants on a resource, all or nothing: one statement that changes only
  * when the client is authorized, the precondition holds and every id is a permission of the
  * resource, in an explicit transaction with a server-side statement timeout. COMMIT is sent only
- * after the statement's answer, so a client that gave up waiting never leaves a change committed
- * behind it.
+ * after the statement's answer, so a client that gave up waiting on the statement never leaves a
+ * change committed behind it. One that gave up on the COMMIT itself may (the server can still
+ * receive and apply it): its 503 database-unavailable says nothing of whether the change was made.
  */
 async function changeGrantsOnce (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
   const client = await pool.connect()
