@@ -37,6 +37,12 @@ export function registerJsonBodyParser (fastify: FastifyInstance): void {
   const parseJson = fastify.getDefaultJsonParser('error', 'error')
   fastify.removeAllContentTypeParsers()
   fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    // Node's parser takes any transfer codings before a final chunked, and undoes chunked alone:
+    // a gzip one would be read as if there were none (RFC 9112 §6.1: refuse what is not understood).
+    const transfer = request.headers['transfer-encoding']
+    if (transfer !== undefined && transfer.trim().toLowerCase() !== 'chunked') {
+      return done(problems.malformedBody('The body must not be sent with a transfer coding other than chunked.'), undefined)
+    }
     const coding = request.headers['content-encoding']
     if (coding && coding.toLowerCase() !== 'identity') {
       // RFC 9110 §15.5.16: a 415 for a content coding says which codings are accepted.

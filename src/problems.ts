@@ -28,7 +28,7 @@ export const problemTypes = {
   'malformed-body': {
     title: 'Malformed body',
     status: 400,
-    when: 'the body is missing, empty, not UTF-8 or not parseable JSON, or its `Content-Length` does not match it; `detail` says what to send',
+    when: 'the body is missing, empty, not UTF-8 or not parseable JSON, its `Content-Length` does not match it, or it was sent with a transfer coding other than `chunked`; `detail` says what to send',
     whatToDo: 'Send a JSON array of 1 to 500 permission ids, such as `["perm_read_orders"]`, with `Content-Type: application/json`.'
   },
   'missing-credentials': {

@@ -97,3 +97,20 @@ t.test('CONNECT, which Fastify does not route, gets a 404 problem like the other
     t.match(bodyOf(answer), { type: 'about:blank', status: 404, request_id: 'gw-connect' }, target)
   }
 })
+
+t.test('a body sent with a transfer coding other than chunked → 400 malformed-body, nothing changes; chunked alone is read', async (t) => {
+  const body = '["p_read_orders"]'
+  const change = (transferEncoding: string) => rawRequest(
+    `DELETE ${ordersPath()} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${deleteToken()}\r\nContent-Type: application/json\r\n` +
+    `Transfer-Encoding: ${transferEncoding}\r\nConnection: close\r\n\r\n${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`)
+  // Node's parser takes any codings before a final chunked, and undoes only chunked: the rest were
+  // read as if the body had none (RFC 9112 §6.1: a coding the server does not understand is refused).
+  for (const codings of ['gzip, chunked', 'deflate,chunked', 'identity, chunked']) {
+    const answer = await change(codings)
+    t.match(answer, /^HTTP\/1\.1 400 /, codings)
+    t.match(bodyOf(answer), { type: '/problems/malformed-body', detail: 'The body must not be sent with a transfer coding other than chunked.' }, codings)
+  }
+  t.ok(await granted('p_read_orders'), 'nothing was removed')
+  t.match(await change('Chunked'), /^HTTP\/1\.1 204 /, 'chunked alone, in any case')
+  t.notOk(await granted('p_read_orders'))
+})
