@@ -61,9 +61,13 @@ const sendQuery = pg.Client.prototype.query as (this: pg.Client, ...args: unknow
 // pg's query() has many overloads; this one only notes the time, after pg took the query. A client
 // with nothing in flight starts the clock again even before its 'drain': pg-pool hands a client
 // that has just answered to the next waiter, who sends its query within that answer's callback.
+// A client checked out untraced (undefined: ROOT) may still be handed over inside another request's
+// statement's callback (pg-pool gives a released client to the next waiter there), whose context
+// is then the active one: its statements are sent in its own context, not in that one.
 BoundedClient.prototype.query = function query (this: BoundedClient & { readyForQuery: boolean }, ...args: unknown[]) {
   const idle = this.readyForQuery
-  const result = this.traceContext === undefined ? sendQuery.apply(this, args) : context.with(this.traceContext, sendQuery, this, ...args)
+  const traced = this.traceContext ?? ROOT_CONTEXT
+  const result = traced === context.active() ? sendQuery.apply(this, args) : context.with(traced, sendQuery, this, ...args)
   if (idle || this.pendingSince < 0) this.pendingSince = performance.now()
   return result
 } as typeof pg.Client.prototype.query

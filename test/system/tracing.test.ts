@@ -229,6 +229,33 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
   })
 })
 
+t.test('a statement sent outside any request (the feed\'s shared reader) on a connection a traced request hands over: not in that request\'s trace', async (t) => {
+  const receiver = await otlpReceiver(t)
+  // One connection: the reader waits in the pool's queue behind the lists, and pg-pool hands it
+  // the connection inside the callback of a list's statement, where the list's context is active.
+  const server = await startServer({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '100', DATABASE_POOL_MAX: '1' })
+  // A live stream: the shared reader reads the feed each second.
+  const streaming = new AbortController()
+  t.teardown(() => streaming.abort())
+  const stream = await fetch(`${server.url}/permission_changes`, { headers: { authorization: `Bearer ${reader}`, accept: 'text/event-stream' }, signal: streaming.signal })
+  t.equal(stream.status, 200)
+  stream.body!.pipeTo(new WritableStream()).catch(() => {})
+  const sent: string[] = []
+  const until = Date.now() + 3500
+  await Promise.all(Array.from({ length: 4 }, async () => {
+    while (Date.now() < until) {
+      const caller = callerTraceparent()
+      sent.push(caller.traceId)
+      await (await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${reader}`, traceparent: caller.traceparent } })).arrayBuffer()
+    }
+  }))
+  const isStatement = (span: ReceivedSpan) => span.attributes['db.system'] === 'postgresql' || span.attributes['db.system.name'] === 'postgresql'
+  const spans = await receiver.until('every list\'s statement', (spans) => sent.every((traceId) => spans.some((span) => span.traceId === traceId && isStatement(span))))
+  const lists = new Set(sent)
+  t.same(spans.filter((span) => lists.has(span.traceId) && isStatement(span) && !span.name.startsWith('pg.query:list')).map(({ name, traceId }) => ({ name, traceId })), [],
+    `${sent.length} lists: no other statement in their traces`)
+})
+
 t.test('the default protocol, http/protobuf: the trace arrives as protobuf', async (t) => {
   const receiver = await otlpReceiver(t)
   const server = await startServer({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint, OTEL_BSP_SCHEDULE_DELAY: '100' })
