@@ -105,13 +105,23 @@ export async function startTracing (): Promise<Tracing | undefined> {
       // has $n placeholders; the values never go into a span (enhancedDatabaseReporting off).
       // Taking a connection from the pool gets no span of its own: the statement's span starts
       // once it has one.
-      new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true })
+      new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true, requestHook: withoutLiterals })
     ]
   })
   return {
     fastifyPlugin: fastifyOtel.plugin(),
     shutdown: () => provider.shutdown()
   }
+}
+
+/**
+ * A statement sent without parameters may have values written into its text as literals: the
+ * change's BEGIN takes its locks with the path's ids escaped into it (db/queries/change.ts), no
+ * round trip of their own. Its text goes into the span with every literal as '?'. A statement
+ * with parameters is left whole: its values are bound, its literals the code's own.
+ */
+function withoutLiterals (span: { setAttribute: (name: string, value: string) => unknown }, { query }: { query: { text: string, values?: unknown } }): void {
+  if (query.values === undefined && query.text.includes("'")) span.setAttribute('db.query.text', query.text.replace(/'(?:[^']|'')*'/g, "'?'"))
 }
 
 /**

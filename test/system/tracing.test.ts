@@ -161,6 +161,8 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
       const statements = own.filter(isStatement)
       t.ok(statements.length >= 1 && statements.every((span) => span.parentSpanId === request.spanId),
         `${method} ${path}: ${statements.length} statement span(s) (${statements.map((span) => span.name).join(', ')}), each a child of its request's span`)
+      // The change's BEGIN takes its locks with the ids written into its text (db/queries/change.ts).
+      t.notMatch(JSON.stringify(statements), /orders-api|app-a|app-b/, `${method} ${path}: no value of the request in its statements`)
     }
     // The six lists, interleaved, one statement each: none lost, none in another request's trace.
     for (const { traceId } of reads.slice(0, 6)) t.equal(spans.filter((span) => span.traceId === traceId && isStatement(span)).length, 1)
