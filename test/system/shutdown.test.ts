@@ -2,6 +2,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { request } from 'node:http'
+import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
@@ -129,3 +130,32 @@ function slowDelete (port: number, token: string, id: string) {
   req.write(body.slice(0, 4))
   return { status, sendRest: () => req.end(body.slice(4)) }
 }
+
+t.test('SIGTERM with a connection open that has sent nothing: it is closed with the listener, exit 0 at once', async (t) => {
+  const databaseUrl = await createTestDatabase(t)
+  const child = endsWithTest(spawn(serverProcess.command, serverProcess.args, {
+    env: { ...productionServerEnv(databaseUrl), SHUTDOWN_DELAY_MS: '0', SHUTDOWN_TIMEOUT_MS: '20000' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  }))
+  t.teardown(() => { child.kill('SIGKILL') })
+  let output = ''
+  child.stdout!.on('data', (chunk) => { output += chunk })
+  child.stderr!.on('data', (chunk) => { output += chunk })
+  const port = await listening(child, () => output)
+  // A client's spare connection, opened and not used: undici opens one after a stream it was
+  // reading is aborted, browsers open them ahead of need. Node's server.close() leaves it open.
+  const spare = connect(port, '127.0.0.1')
+  spare.on('error', () => {})
+  t.teardown(() => { spare.destroy() })
+  await once(spare, 'connect')
+  const closedByServer = once(spare, 'close')
+  // And one that has served a request and waits, kept alive (Node closes those itself).
+  t.equal(await get(port, '/healthz'), 200)
+  child.kill('SIGTERM')
+  const signalledAt = Date.now()
+  const [code] = await once(child, 'exit')
+  t.equal(code, 0, `exit code 0\n${output.slice(-2000)}`)
+  t.ok(Date.now() - signalledAt < 10_000, `within seconds, not the shutdown bound (${Date.now() - signalledAt} ms)`)
+  await closedByServer
+  t.pass('the spare connection was closed')
+})
