@@ -321,6 +321,40 @@ t.test('/metrics through the gateway, however it is spelt → 404 problem, never
   t.equal(JSON.parse(named.body).type, '/problems/resource-not-found', 'a resource named metrics reaches a replica')
 })
 
+/** Bytes written as given, the answer read until the other side closes, within 5 s. */
+function exchange (port: number, raw: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1')
+    const chunks: Buffer[] = []
+    const giveUp = setTimeout(() => {
+      socket.destroy()
+      reject(new Error('no whole answer within 5 s'))
+    }, 5_000)
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk))
+    socket.on('error', () => {})
+    socket.on('close', () => {
+      clearTimeout(giveUp)
+      resolve(parseAnswer(Buffer.concat(chunks).toString('latin1')))
+    })
+    socket.write(raw, 'latin1')
+  })
+}
+
+t.test('the gateway\'s own 500 is a problem too, not HAProxy\'s HTML page', async (t) => {
+  // A Host too long for the gateway to add its X-Forwarded-Host (a copy of it) within its buffer's
+  // room for rewrites: it answers 500 itself, and no replica sees the request.
+  const longHost = await exchange(gatewayPort, `GET ${collection} HTTP/1.1\r\nHost: ${'h'.repeat(15_000)}\r\nConnection: close\r\n\r\n`)
+  t.equal(longHost.status, 500)
+  t.equal(longHost.headers['content-type'], 'application/problem+json')
+  t.match(JSON.parse(longHost.body), { type: 'about:blank', status: 500 })
+  t.equal(longHost.headers['x-request-id'], undefined, 'answered by the gateway')
+  // Requests its HTTP/1 parser refuses (a header line without a colon, headers over its 16 KiB
+  // buffer) are answered 400 with HAProxy 2.6's built-in HTML page whatever the configuration says
+  // (https://github.com/haproxy/haproxy/issues/3032): refused, never passed on.
+  const malformed = await exchange(gatewayPort, `GET ${collection} HTTP/1.1\r\nHost: api.example.test\r\nNot a header\r\nConnection: close\r\n\r\n`)
+  t.equal(malformed.status, 400)
+})
+
 t.test('DELETE bodies arrive intact: 500 long unknown ids (100 KB) named exactly; 400 ids removed exactly; one unknown id among 399 named exactly', async (t) => {
   // Longer than the gateway's buffer (16 KiB), which it then passes on as it fills.
   const long = Array.from({ length: 500 }, (_, index) => `unknown-${index}-${'x'.repeat(200)}`)
