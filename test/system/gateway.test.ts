@@ -4,10 +4,11 @@
 // And the gateway's own guards: a body sent a byte at a time is answered 408 at its timeout,
 // /metrics is refused however it is spelt, and only a request no replica received is sent again.
 // A change feed stream passes through it as sent, and the replicas' heartbeats keep it open past
-// the gateway's idle timeouts.
+// the gateway's idle timeouts. Replicas named by DNS are found again at a new address.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { createSocket } from 'node:dgram'
 import { EventEmitter, once } from 'node:events'
-import { request } from 'node:http'
+import { createServer as createHttpServer, request } from 'node:http'
 import { connect, createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -518,6 +519,86 @@ t.test('the gateway sends a request again only when no replica received it', asy
   t.test('the second gateway stops', async () => {
     await stop('the second gateway', retrying)
   })
+})
+
+/**
+ * A DNS server for the gateway's resolvers (UDP, on 127.0.0.1): A records for the names in
+ * `addresses`, which the test changes as Docker's DNS does when a container is recreated with
+ * another address; no AAAA records; NXDOMAIN for any other name.
+ */
+async function dnsServer (addresses: Record<string, string>) {
+  const socket = createSocket('udp4')
+  socket.on('message', (query, peer) => {
+    if (query.length < 12) return
+    let offset = 12
+    const labels: string[] = []
+    while (offset < query.length && query[offset] !== 0) {
+      labels.push(query.subarray(offset + 1, offset + 1 + query[offset]).toString('latin1'))
+      offset += query[offset] + 1
+    }
+    const question = query.subarray(12, offset + 5)
+    const type = query.readUInt16BE(offset + 1)
+    const address = addresses[labels.join('.').toLowerCase()]
+    const header = Buffer.alloc(12)
+    query.copy(header, 0, 0, 2)
+    header.writeUInt16BE(address === undefined ? 0x8183 : 0x8180, 2)
+    header.writeUInt16BE(1, 4)
+    const answers = address !== undefined && type === 1
+      ? [Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4, ...address.split('.').map(Number)])]
+      : []
+    header.writeUInt16BE(answers.length, 6)
+    socket.send(Buffer.concat([header, question, ...answers]), peer.port, peer.address)
+  })
+  socket.bind(0, '127.0.0.1')
+  await once(socket, 'listening')
+  t.teardown(() => { socket.close() })
+  return { address: `127.0.0.1:${socket.address().port}`, addresses }
+}
+
+/** A stand-in replica on `host`: ready, and every answer says which address served it. */
+async function standIn (host: string, port: number) {
+  const server = createHttpServer((req, res) => {
+    res.setHeader('content-type', 'application/json')
+    res.end(JSON.stringify({ served_by: host }))
+  })
+  server.listen(port, host)
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  return { close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(resolve) }) }
+}
+
+t.test('replicas recreated at other addresses (as docker compose does) are found there: the gateway asks DNS again', async (t) => {
+  // Both replicas by name, as in docker-compose.yml, resolved by a DNS server of the test's as
+  // Docker's embedded one (127.0.0.11) is in compose. Stand-ins: what matters is their address.
+  const dns = await dnsServer({ 'replica-one.test': '127.0.0.2', 'replica-two.test': '127.0.0.3' })
+  const port = await freePort()
+  const stats = await freePort()
+  const replicaPort = await freePort()
+  const before = [await standIn('127.0.0.2', replicaPort), await standIn('127.0.0.3', replicaPort)]
+  const named = startGateway(port, stats, replicaPorts, {
+    REPLICA_1: `replica-one.test:${replicaPort}`,
+    REPLICA_2: `replica-two.test:${replicaPort}`,
+    GATEWAY_RESOLVER: dns.address
+  })
+  // Which addresses two requests in a row (round robin) reached; a 503 (none reached) reads as none.
+  const servedBy = async () => {
+    const answers = [await send(port, 'GET', '/x'), await send(port, 'GET', '/x')]
+    return answers.map(({ status, body }) => status === 200 ? JSON.parse(body).served_by : status).sort()
+  }
+  const inRotationAt = (addresses: string[]) => async () =>
+    (await gatewaySees(0, stats)) === 'UP' && (await gatewaySees(1, stats)) === 'UP' &&
+    JSON.stringify(await servedBy()) === JSON.stringify(addresses)
+  await until('both in rotation behind the named gateway', inRotationAt(['127.0.0.2', '127.0.0.3']), 15_000)
+  t.same(await servedBy(), ['127.0.0.2', '127.0.0.3'])
+
+  // Both containers recreated: the old addresses are gone, the names lead to new ones.
+  for (const server of before) await server.close()
+  Object.assign(dns.addresses, { 'replica-one.test': '127.0.0.4', 'replica-two.test': '127.0.0.5' })
+  await standIn('127.0.0.4', replicaPort)
+  await standIn('127.0.0.5', replicaPort)
+  await until('both in rotation at their new addresses', inRotationAt(['127.0.0.4', '127.0.0.5']), 15_000)
+  t.same(await servedBy(), ['127.0.0.4', '127.0.0.5'])
+  await stop('the named gateway', named)
 })
 
 t.test('a rolling restart under steady load: each replica stopped and started again, no request fails', async (t) => {
