@@ -1,6 +1,7 @@
 // The service through Debian's PgBouncer in transaction-pooling mode, as behind a managed pooler:
 // no session state and no named prepared statements may be relied on across transactions.
-// Needs the pgbouncer binary (CI installs Debian's package); skipped with a message otherwise.
+// Needs the pgbouncer binary (CI installs Debian's package); skipped with a message otherwise, and
+// a failure under CI.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, rmSync } from 'node:fs'
@@ -22,6 +23,7 @@ const binary = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((path) => exis
 const SERVER_CONNECTIONS = 3
 
 if (!binary) {
+  if (process.env.CI) throw new Error('pgbouncer is not installed, and CI must run the service through it')
   t.plan(0, 'pgbouncer is not installed (apt-get install pgbouncer); CI installs it')
 } else {
   const directUrl = new URL(await createTestDatabase(t))
