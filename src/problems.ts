@@ -95,7 +95,7 @@ export const problemTypes = {
     title: 'Database unavailable',
     status: 503,
     when: 'the database cannot be reached (connection refused or timed out, connection lost, server shutting down, no answer to a query)',
-    whatToDo: 'Retry after `Retry-After` seconds: DELETE and POST are idempotent, so sending one again is safe. If it lasts, the service\'s database is down or out of reach (its `/readyz` says so too).'
+    whatToDo: 'Retry after `Retry-After` seconds. A DELETE or POST may have been applied all the same (its `COMMIT` can reach the database unanswered): without `If-Match` sending it again is safe, as it is idempotent; with `If-Match`, GET the list first, as its `ETag` has moved on if the change was made. If it lasts, the service\'s database is down or out of reach (its `/readyz` says so too).'
   },
   'keys-unavailable': {
     title: 'Signing keys unavailable',
