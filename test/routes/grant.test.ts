@@ -120,15 +120,23 @@ t.test('each statement is prepared once per connection under its own name; none 
   }
 })
 
-t.test('a grant too large for the database\'s indexes → 422 grant-too-large, nothing granted, the next request served', async (t) => {
-  // Within every bound of the contract, over a grant's index entry (about 2.7 kB): 255 characters
-  // of four bytes each (which compression cannot shrink) in the resource, client and permission ids.
+/**
+ * A client authorized on a resource with one permission, whose grant is within every bound of the
+ * contract and over a grant's index entry (about 2.7 kB): 255 characters of four bytes each (which
+ * compression cannot shrink) in the resource, client and permission ids.
+ */
+async function tooLargeToGrant (db: typeof harness.db): Promise<{ resource: string, client: string, permission: string }> {
   const long = (first: number) => Array.from({ length: 255 }, (_, i) => String.fromCodePoint(0x20000 + ((first * 7919 + i * 104729) % 0xa6d0))).join('')
   const [resource, client, permission] = [long(1), long(2), long(3)]
-  await harness.db.query('INSERT INTO resources (id) VALUES ($1)', [resource])
-  await harness.db.query('INSERT INTO clients (id) VALUES ($1)', [client])
-  await harness.db.query('INSERT INTO permissions (resource_id, id, name) VALUES ($1, $2, \'read:new\')', [resource, permission])
-  await harness.db.query('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [resource, client])
+  await db.query('INSERT INTO resources (id) VALUES ($1)', [resource])
+  await db.query('INSERT INTO clients (id) VALUES ($1)', [client])
+  await db.query('INSERT INTO permissions (resource_id, id, name) VALUES ($1, $2, \'read:new\')', [resource, permission])
+  await db.query('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [resource, client])
+  return { resource, client, permission }
+}
+
+t.test('a grant too large for the database\'s indexes → 422 grant-too-large, nothing granted, the next request served', async (t) => {
+  const { resource, client, permission } = await tooLargeToGrant(harness.db)
   const res = await grant([permission], ordersPath(client, resource))
   t.equal(res.status, 422)
   t.match(res.headers.get('content-type'), 'application/problem+json')
@@ -148,12 +156,7 @@ t.test('with replicas, a grant too large answers its 422 with a Consistency-Toke
   // A replica nobody listens on: down, so the primary answers everything, with positions.
   const replicated = await build(t, { DATABASE_REPLICA_URLS: `postgres://u:p@127.0.0.1:${await freePort()}/db` })
   await replicated.seed(ordersFixture())
-  const long = (first: number) => Array.from({ length: 255 }, (_, i) => String.fromCodePoint(0x20000 + ((first * 7919 + i * 104729) % 0xa6d0))).join('')
-  const [resource, client, permission] = [long(1), long(2), long(3)]
-  await replicated.db.query('INSERT INTO resources (id) VALUES ($1)', [resource])
-  await replicated.db.query('INSERT INTO clients (id) VALUES ($1)', [client])
-  await replicated.db.query('INSERT INTO permissions (resource_id, id, name) VALUES ($1, $2, \'read:new\')', [resource, permission])
-  await replicated.db.query('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [resource, client])
+  const { resource, client, permission } = await tooLargeToGrant(replicated.db)
   const post = (ids: string[], path = ordersPath()) => replicated.request(path, { method: 'POST', token: createToken(), json: ids })
   const unknown = await post(['nope'])
   t.equal(unknown.status, 422)
