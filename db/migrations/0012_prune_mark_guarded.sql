@@ -6,7 +6,9 @@
 -- holds the history: whoever writes it, the service's own user included.
 --   - It never goes down, and its row is never deleted: DELETE and TRUNCATE are refused.
 --   - It moves only in a transaction that prunes (client_permissions.prune_changes, as a DELETE
---     of the history needs), and only to an id no kept change is at or below.
+--     of the history needs), and only to an id no kept change is at or below. A prune that leaves
+--     it where it is passes: a change committed under it late (a prune by hand while an older
+--     transaction was open: docs/append-only-history.md) must not stop every prune after it.
 -- The prune's own move (check_pruned_changes, 0007) meets all of these. Refusals are PH001 with
 -- TABLE permission_changes_pruned. What this does not stop: docs/append-only-history.md.
 CREATE FUNCTION guard_prune_mark() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -32,6 +34,10 @@ BEGIN
       TABLE = TG_TABLE_NAME,
       MESSAGE = 'permission_changes_pruned moves only with a prune: the mark never goes down',
       DETAIL = format('The mark is %s; the statement sets %s.', OLD.through_id, NEW.through_id);
+  END IF;
+  -- A prune that leaves the mark where it was (it deleted only changes below it) moves nothing.
+  IF TG_OP = 'UPDATE' AND NEW.through_id = OLD.through_id THEN
+    RETURN NEW;
   END IF;
   SELECT id INTO kept FROM permission_changes WHERE id <= NEW.through_id ORDER BY id LIMIT 1;
   IF FOUND THEN

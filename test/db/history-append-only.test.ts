@@ -219,6 +219,31 @@ t.test('the prune mark moves only as a prune moves it: never down, never removed
   t.same(await mark(), [kept])
 })
 
+t.test('a prune that leaves the mark where it is passes, though changes committed late sit under it (0012)', async (t) => {
+  const harness = await fresh(t)
+  // Two transactions open, each with a change numbered now (below what commits after them).
+  const late = await Promise.all([0, 1].map(async () => {
+    const client = await harness.db.connect()
+    t.teardown(() => client.release())
+    await client.query('BEGIN')
+    return client
+  }))
+  const record = (client: pg.PoolClient | pg.Pool, age: string, requestId: string) => client.query(`
+    INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, actor_sub, request_id)
+    VALUES (now() - $1::interval, 'orders-api', 'app-a', 'granted', '{p_read_orders}', 'alice', $2)`, [age, requestId])
+  await record(late[0], '40 days', 'late-old')
+  await record(late[1], '0 days', 'late-new')
+  const committed = await recordedAgo(harness.db, '40 days', 'committed')
+  // A prune by hand while they are open (the command would wait for them): the mark goes above them.
+  t.equal(await withPruneFlag(harness.db, 'DELETE FROM permission_changes WHERE id = $1', [committed]), 1)
+  for (const client of late) await client.query('COMMIT')
+  const { rows: [{ under }] } = await harness.db.query<{ under: number }>(
+    'SELECT count(*)::int AS under FROM permission_changes WHERE id <= (SELECT through_id FROM permission_changes_pruned)')
+  t.equal(under, 2, 'both late changes are under the mark')
+  t.equal(await pruneChanges(harness.db, 30, { waitMs: 0 }), 1, 'the old one goes; the mark stays where it was')
+  t.same((await harness.db.query('SELECT through_id::text AS id FROM permission_changes_pruned')).rows, [{ id: committed }])
+})
+
 t.test('the service still records its changes: a DELETE and a POST through the app each add a row', async (t) => {
   const harness = await fresh(t)
   t.equal((await harness.request(ordersPath(), { method: 'DELETE', token: writer, json: ['p_read_orders'] })).status, 204)

@@ -36,7 +36,7 @@ async function appWaitsOnAdvisoryLock (): Promise<void> {
   throw new Error('no backend waited on the advisory lock')
 }
 
-t.test('two lock waits, each within the statement timeout, together past the query bound: overloaded, not an outage', async (t) => {
+t.test('two lock waits, each shorter than the statement timeout, together past the query bound: overloaded (each may wait half of it), not an outage', async (t) => {
   // Another writer holds the change's advisory lock, a third the authorization's row.
   const advisory = await connection()
   await advisory.query("SELECT pg_advisory_lock(hashtext('orders-api'), hashtext('app-a'))")
