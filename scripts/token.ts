@@ -7,13 +7,17 @@ import { type Config, isProduction, loadConfig } from '../src/config.js'
 import { everyScope, signToken, withLocalDefaults } from '../src/local-dev.js'
 import { type Command, type Output, isEntryPoint, processOutput, readCommandLine, usageError } from '../src/command-line.js'
 
+const DEFAULT_LIFETIME_S = 3600
+
 const command = {
   usage: 'npm run -s token -- [--scope SCOPES] [--expires-in SECONDS]',
   about: 'Prints a token signed with JWT_SECRET, or the local secret `npm start` uses, and nothing else:\n' +
     'TOKEN=$(npm run -s token) works. Without --scope it carries every scope the API\'s operations use.',
   options: {
     scope: { type: 'string', value: 'SCOPES', default: everyScope.join(' '), about: 'the scopes it carries, space-separated' },
-    'expires-in': { type: 'string', value: 'SECONDS', default: '3600', about: 'how long it is valid' }
+    // No default for parseArgs: without the option the lifetime is the shorter of an hour and the
+    // service's bound (JWT_MAX_LIFETIME_S), and only one asked for is refused past that bound.
+    'expires-in': { type: 'string', value: 'SECONDS', about: 'how long it is valid (default: 3600, or JWT_MAX_LIFETIME_S if shorter)' }
   }
 } satisfies Command
 
@@ -22,8 +26,8 @@ export async function tokenCommand (args: string[], env: Record<string, string |
   const commandLine = readCommandLine(command, args, io)
   if (typeof commandLine === 'number') return commandLine
   const { values } = commandLine
-  const expiresIn = Number(values['expires-in'])
-  if (!/^\d+$/.test(values['expires-in']) || expiresIn <= 0) return usageError(command, '--expires-in must be a positive whole number of seconds', io)
+  const asked = values['expires-in']
+  if (asked !== undefined && (!/^\d+$/.test(asked) || Number(asked) <= 0)) return usageError(command, '--expires-in must be a positive whole number of seconds', io)
   if (!values.scope.trim()) return usageError(command, '--scope must name at least one scope', io)
 
   let config: Config
@@ -39,7 +43,12 @@ export async function tokenCommand (args: string[], env: Record<string, string |
     io.err('npm run token signs with JWT_SECRET (HS256); with JWT_PUBLIC_KEY or JWKS_URL, ask the identity provider for a token.')
     return 1
   }
-  io.out(signToken(config, values.scope.trim(), expiresIn))
+  // The service refuses a token that lives longer than JWT_MAX_LIFETIME_S.
+  const maxLifetime = config.JWT_MAX_LIFETIME_S ?? Infinity
+  if (asked !== undefined && Number(asked) > maxLifetime) {
+    return usageError(command, `--expires-in must be at most ${maxLifetime} seconds (JWT_MAX_LIFETIME_S)`, io)
+  }
+  io.out(signToken(config, values.scope.trim(), asked === undefined ? Math.min(DEFAULT_LIFETIME_S, maxLifetime) : Number(asked)))
   return 0
 }
 

@@ -71,15 +71,22 @@ export const everyScope: readonly string[] = [
   ...new Set(Object.values(operations).flatMap(({ config }) => 'scopes' in config ? config.scopes : []))
 ]
 
-/** A token signed with the configured HS256 secret, for trying the API by hand. */
+/**
+ * A token signed with the configured HS256 secret, for trying the API by hand: one the service
+ * accepts as configured, so typed JWT_TYPE when it asks for a type, and its scopes in the first
+ * claim of JWT_SCOPE_CLAIMS (the only one the service then reads), in that claim's shape.
+ */
 export function signToken (config: Config, scope: string, expiresInSeconds: number): string {
   if (!config.JWT_SECRET) throw new Error('signing a token needs JWT_SECRET (HS256)')
   const sign = createSigner({
     key: config.JWT_SECRET,
     algorithm: 'HS256',
     expiresIn: expiresInSeconds * 1000,
+    ...(config.JWT_TYPE ? { header: { alg: 'HS256', typ: config.JWT_TYPE } } : {}),
     ...(config.JWT_ISSUER ? { iss: config.JWT_ISSUER } : {}),
     ...(config.JWT_AUDIENCE ? { aud: audiencesOf(config)[0] } : {})
   })
-  return sign({ sub: 'local-developer', scope })
+  const claim = config.JWT_SCOPE_CLAIMS.trim().split(/ +/)[0]
+  // `permissions` is an array of scopes (Auth0); `scope` and `scp` a space-separated string.
+  return sign({ sub: 'local-developer', [claim]: claim === 'permissions' ? scope.split(' ').filter(Boolean) : scope })
 }

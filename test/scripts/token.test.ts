@@ -7,6 +7,8 @@ import { createVerifier } from 'fast-jwt'
 import t from 'tap'
 import { projectRoot } from '../../src/project-root.js'
 import { specAsWritten } from '../../src/spec.js'
+import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { build } from '../support/harness.js'
 import { nodeArgsOf } from '../support/node-args.js'
 import { TEST_SECRET } from '../support/tokens.js'
 
@@ -58,7 +60,7 @@ t.test('--help prints the usage and the options with their defaults, and signs n
   t.equal(stderr, '')
   t.match(stdout, /^usage: npm run -s token -- \[--scope SCOPES\] \[--expires-in SECONDS\]\n/)
   t.match(stdout, /\n {2}--scope SCOPES +the scopes it carries, space-separated \(default: [^)]*create:resource[^)]*\)\n/)
-  t.match(stdout, /\n {2}--expires-in SECONDS +how long it is valid \(default: 3600\)\n/)
+  t.match(stdout, /\n {2}--expires-in SECONDS +how long it is valid \(default: 3600, or JWT_MAX_LIFETIME_S if shorter\)\n/)
   t.match(stdout, /\n {2}-h, --help +print this help and exit\n$/)
   t.notMatch(stdout, /[\w-]+\.[\w-]+\.[\w-]+\n/, 'no token')
 })
@@ -87,4 +89,33 @@ t.test('with only a public key there is nothing to sign with: one line, exit 1',
   const { code, stderr } = await token([], { JWT_SECRET: '', JWKS_URL: 'https://idp.example/jwks.json' })
   t.equal(code, 1)
   t.match(stderr, /^npm run token signs with JWT_SECRET \(HS256\)/)
+})
+
+t.test('the token is one the service accepts under each token setting that concerns it (JWT_TYPE, JWT_SCOPE_CLAIMS, JWT_MAX_LIFETIME_S)', async (t) => {
+  const cases: Array<{ env: Record<string, string>, args: string[] }> = [
+    { env: {}, args: [] },
+    // The service then asks for typ at+jwt (RFC 9068): a token typed JWT was refused, 401.
+    { env: { JWT_TYPE: 'application/at+jwt' }, args: [] },
+    // The service then reads only these claims: a token carrying `scope` got 403.
+    { env: { JWT_SCOPE_CLAIMS: 'permissions' }, args: [] },
+    { env: { JWT_SCOPE_CLAIMS: 'scp' }, args: ['--scope', 'read:resource'] },
+    // Without --expires-in the default lifetime (an hour) was over the bound, 401.
+    { env: { JWT_MAX_LIFETIME_S: '600' }, args: [] }
+  ]
+  for (const { env, args } of cases) {
+    const name = JSON.stringify(env)
+    const printed = await token(args, env)
+    t.equal(printed.code, 0, `${name}: ${printed.stderr}`)
+    const service = await build(t, env)
+    await service.seed(ordersFixture())
+    const res = await service.request(ordersPath(), { token: printed.stdout.trim() })
+    t.equal(res.status, 200, `${name}: ${JSON.stringify(res.body)}`)
+  }
+})
+
+t.test('--expires-in over JWT_MAX_LIFETIME_S is refused, as the service would refuse the token', async (t) => {
+  const { code, stdout, stderr } = await token(['--expires-in', '601'], { JWT_MAX_LIFETIME_S: '600' })
+  t.equal(code, 2)
+  t.equal(stdout, '')
+  t.match(stderr, /^--expires-in must be at most 600 seconds \(JWT_MAX_LIFETIME_S\)/)
 })
