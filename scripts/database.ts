@@ -1,16 +1,41 @@
 // The database the npm scripts work on: DATABASE_URL, or else the local embedded one (attached to
-// when `npm start` is running it, started and stopped around the work otherwise).
+// when `npm start` is running it, started and stopped around the work otherwise); migrations on
+// MIGRATIONS_DATABASE_URL when set, as the service runs them.
+import pg from 'pg'
+import { isDatabaseUnavailable } from '../db/errors.js'
+import type { CommandDatabase } from '../src/command-line.js'
 import { isProduction, loadConfig } from '../src/config.js'
 import { openLocalDatabase } from '../src/local-dev.js'
 
-export async function withDatabase (work: (url: string) => Promise<void>): Promise<void> {
+export async function withDatabase (work: (database: CommandDatabase) => Promise<void>): Promise<void> {
   const config = loadConfig()
-  if (config.DATABASE_URL) return work(config.DATABASE_URL)
+  const on = (url: string) => work({ url, migrationsUrl: config.MIGRATIONS_DATABASE_URL ?? url, connectionWaitMs: config.MIGRATIONS_CONNECTION_WAIT_MS })
+  if (config.DATABASE_URL) return on(config.DATABASE_URL)
   if (isProduction(config)) throw new Error('DATABASE_URL is required in production')
   const database = await openLocalDatabase({ port: config.EMBEDDED_POSTGRES_PORT, takeOver: false })
   try {
-    await work(database.url)
+    await on(database.url)
   } finally {
     await database.stop()
   }
+}
+
+/** A pool of one connection to `url`, which gives up on a connection after the command's wait. */
+export function commandPool (url: string, { connectionWaitMs }: Pick<CommandDatabase, 'connectionWaitMs'>): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: connectionWaitMs })
+  // A connection lost while idle fails the next query, which says so; unhandled it would end the process.
+  pool.on('error', () => {})
+  return pool
+}
+
+/**
+ * Why a command failed, in a sentence rather than a stack trace: the configuration, a database that
+ * cannot be reached, or what the database refused. pg's error for a host with several addresses that
+ * all refuse is an AggregateError without a message: its code says it.
+ */
+export function failureOf (error: unknown): string {
+  const { message, code } = error as { message?: string, code?: string }
+  const said = message || code || String(error)
+  if (isDatabaseUnavailable(error) || /timeout expired|timeout exceeded when trying to connect/i.test(said)) return `the database cannot be reached (${said})`
+  return said
 }

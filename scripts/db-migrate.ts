@@ -1,31 +1,36 @@
-// npm run db:migrate: applies pending migrations to DATABASE_URL, or to the local embedded database,
-// and says which, or that there were none. Run as a process it calls migrateCommand.
-import pg from 'pg'
+// npm run db:migrate: applies pending migrations to DATABASE_URL (through MIGRATIONS_DATABASE_URL when
+// set, as the service does), or to the local embedded database, and says which, or that there were
+// none; a failure is one line and exit 1. Run as a process it calls migrateCommand.
 import { migrateDatabase } from '../db/migrate.js'
 import { migrationsDir } from '../src/project-root.js'
 import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine } from '../src/command-line.js'
-import { withDatabase } from './database.js'
+import { commandPool, failureOf, withDatabase } from './database.js'
 
 const command = {
   usage: 'npm run -s db:migrate',
-  about: 'Applies the pending migrations (db/migrations/) to DATABASE_URL, or to the local embedded database,\n' +
-    'and names them. The service also migrates at start.',
+  about: 'Applies the pending migrations (db/migrations/) to DATABASE_URL (through MIGRATIONS_DATABASE_URL when set),\n' +
+    'or to the local embedded database, and names them. The service also migrates at start.',
   options: {}
 } satisfies Command
 
-/** Returns the exit code: 0 migrated (or --help), 2 bad arguments. A failed migration throws. */
+/** Returns the exit code: 0 migrated (or --help), 1 failed (the reason on err), 2 bad arguments. */
 export async function migrateCommand (args: string[], io: DatabaseIo = { ...processOutput, withDatabase }): Promise<number> {
   const commandLine = readCommandLine(command, args, io)
   if (typeof commandLine === 'number') return commandLine
-  await io.withDatabase(async (url) => {
-    const pool = new pg.Pool({ connectionString: url, max: 1 })
-    try {
-      const applied = await migrateDatabase(pool, migrationsDir)
-      io.out(applied.length > 0 ? `Applied: ${applied.join(', ')}` : 'The database is up to date.')
-    } finally {
-      await pool.end()
-    }
-  })
+  try {
+    await io.withDatabase(async (database) => {
+      const pool = commandPool(database.migrationsUrl, database)
+      try {
+        const applied = await migrateDatabase(pool, migrationsDir)
+        io.out(applied.length > 0 ? `Applied: ${applied.join(', ')}` : 'The database is up to date.')
+      } finally {
+        await pool.end()
+      }
+    })
+  } catch (error) {
+    io.err(`The migrations were not applied: ${failureOf(error)}`)
+    return 1
+  }
   return 0
 }
 

@@ -3,10 +3,9 @@
 // history is deleted, as the database refuses any other DELETE of it (migration 0006, pruneChanges).
 // Run it from a scheduler (a Kubernetes CronJob, cron); the service never deletes history by itself.
 // Run as a process it calls pruneChangesCommand.
-import pg from 'pg'
 import { pruneChanges } from '../db/queries/history.js'
 import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from '../src/command-line.js'
-import { withDatabase } from './database.js'
+import { commandPool, failureOf, withDatabase } from './database.js'
 
 // The oldest a change may be and still be asked for: past it the dates overflow.
 const MAX_DAYS = 36500
@@ -20,7 +19,7 @@ const command = {
   }
 } satisfies Command
 
-/** Returns the exit code: 0 pruned (or --help), 2 bad arguments. */
+/** Returns the exit code: 0 pruned (or --help), 1 failed (the reason on err), 2 bad arguments. */
 export async function pruneChangesCommand (args: string[], io: DatabaseIo = { ...processOutput, withDatabase }): Promise<number> {
   const commandLine = readCommandLine(command, args, io)
   if (typeof commandLine === 'number') return commandLine
@@ -29,15 +28,21 @@ export async function pruneChangesCommand (args: string[], io: DatabaseIo = { ..
   // At most about a hundred years: PostgreSQL refuses an interval or a date far past that (22008, 22003).
   if (!/^\d+$/.test(olderThan) || days < 1 || days > MAX_DAYS) return usageError(command, `--older-than must be a whole number of days, from 1 to ${MAX_DAYS}`, io)
 
-  await io.withDatabase(async (url) => {
-    const pool = new pg.Pool({ connectionString: url, max: 1 })
-    try {
-      const pruned = await pruneChanges(pool, days)
-      io.out(`Pruned ${pruned} change${pruned === 1 ? '' : 's'} recorded more than ${days} day${days === 1 ? '' : 's'} ago.`)
-    } finally {
-      await pool.end()
-    }
-  })
+  try {
+    await io.withDatabase(async (database) => {
+      const pool = commandPool(database.url, database)
+      try {
+        const pruned = await pruneChanges(pool, days)
+        io.out(`Pruned ${pruned} change${pruned === 1 ? '' : 's'} recorded more than ${days} day${days === 1 ? '' : 's'} ago.`)
+      } finally {
+        await pool.end()
+      }
+    })
+  } catch (error) {
+    // The prune is one transaction: nothing was deleted.
+    io.err(`Nothing was pruned: ${failureOf(error)}`)
+    return 1
+  }
   return 0
 }
 

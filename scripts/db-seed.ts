@@ -2,12 +2,11 @@
 // into DATABASE_URL, or into the local embedded database; a file that is not valid loads nothing and
 // touches no database. Run as a process it calls seedCommand.
 import { readFile } from 'node:fs/promises'
-import pg from 'pg'
 import { migrateDatabase } from '../db/migrate.js'
 import { assertSeedData, SeedError, seedDatabase } from '../db/seed.js'
 import { migrationsDir } from '../src/project-root.js'
 import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine, usageError } from '../src/command-line.js'
-import { withDatabase } from './database.js'
+import { commandPool, failureOf, withDatabase } from './database.js'
 
 const command = {
   usage: 'npm run -s db:seed -- FILE.json',
@@ -35,22 +34,29 @@ export async function seedCommand (args: string[], io: DatabaseIo = { ...process
     return 1
   }
 
-  let code = 0
-  await io.withDatabase(async (url) => {
-    const pool = new pg.Pool({ connectionString: url, max: 1 })
-    try {
-      await migrateDatabase(pool, migrationsDir)
-      const counts = await seedDatabase(pool, data)
-      io.out(`Loaded ${file}: ${Object.entries(counts).map(([what, count]) => `${count} ${what}`).join(', ')}.`)
-    } catch (error) {
-      if (!(error instanceof SeedError)) throw error
-      io.err(`Nothing was loaded. ${file}: ${error.message}`)
-      code = 1
-    } finally {
-      await pool.end()
-    }
-  })
-  return code
+  try {
+    await io.withDatabase(async (database) => {
+      // Migrated as the service migrates (MIGRATIONS_DATABASE_URL when set), loaded on DATABASE_URL.
+      const migrations = commandPool(database.migrationsUrl, database)
+      try {
+        await migrateDatabase(migrations, migrationsDir)
+      } finally {
+        await migrations.end()
+      }
+      const pool = commandPool(database.url, database)
+      try {
+        const counts = await seedDatabase(pool, data)
+        io.out(`Loaded ${file}: ${Object.entries(counts).map(([what, count]) => `${count} ${what}`).join(', ')}.`)
+      } finally {
+        await pool.end()
+      }
+    })
+  } catch (error) {
+    // The load is one transaction: whatever failed, none of the file is in the database.
+    io.err(`Nothing was loaded. ${file}: ${error instanceof SeedError ? error.message : failureOf(error)}`)
+    return 1
+  }
+  return 0
 }
 
 if (isEntryPoint(import.meta.url)) process.exitCode = await seedCommand(process.argv.slice(2))

@@ -15,10 +15,20 @@ export interface Output {
   err: (line: string) => void
 }
 
+/** The database a command works on, as the service would reach it. */
+export interface CommandDatabase {
+  /** DATABASE_URL, or the local embedded database's. */
+  url: string
+  /** Where migrations run: MIGRATIONS_DATABASE_URL (a direct connection, past a transaction pooler), else url. */
+  migrationsUrl: string
+  /** How long a connection may take (MIGRATIONS_CONNECTION_WAIT_MS): a server that never answers fails the command, not hangs it. */
+  connectionWaitMs: number
+}
+
 /** What a database command says, and the database it works on. */
 export interface DatabaseIo extends Output {
   /** Runs the work against the database (DATABASE_URL, or the local embedded one). */
-  withDatabase: (work: (url: string) => Promise<void>) => Promise<void>
+  withDatabase: (work: (database: CommandDatabase) => Promise<void>) => Promise<void>
 }
 
 export const processOutput: Output = { out: (line) => console.log(line), err: (line) => console.error(line) }

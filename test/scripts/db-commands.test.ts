@@ -4,9 +4,12 @@
 // option: commands.test.ts). What a seed document may hold and how each bad one is refused, in
 // process: test/db/seed.test.ts.
 import { execFile } from 'node:child_process'
+import { once } from 'node:events'
+import { createServer, type Socket } from 'node:net'
 import { join } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
+import { freePort } from '../../db/embedded-postgres.js'
 import { projectRoot } from '../../src/project-root.js'
 import { createTestDatabase, rowCounts } from '../support/database.js'
 import { seedingFixture } from '../support/fixtures.js'
@@ -18,11 +21,11 @@ interface Run { code: number | null, stdout: string, stderr: string }
  * Runs scripts/SCRIPT with DATABASE_URL; resolves with the exit code and output, whatever the code.
  * Run by node as the system tests start the server (support/node-args.ts): one process, where tsx's CLI is two.
  */
-function cli (script: string, args: string[], databaseUrl: string): Promise<Run> {
+function cli (script: string, args: string[], databaseUrl: string, env: Record<string, string> = {}): Promise<Run> {
   return new Promise((resolve, reject) => {
     execFile(process.execPath, [...nodeArgsOf(`scripts/${script}`), ...args], {
       cwd: projectRoot,
-      env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl },
+      env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl, ...env },
       timeout: 60_000
     }, (error, stdout, stderr) => {
       if (error && typeof error.code !== 'number') return reject(error)
@@ -135,4 +138,52 @@ t.test('their own argument rules: --help wins over a valid file; a missing or ex
     }
   }
   t.equal(await rowCounts(url), null, 'the database has no tables')
+})
+
+t.test('a database that cannot be reached, or never answers: one line saying so, exit 1, no stack trace', async (t) => {
+  const file = join(t.testdir({ 'seed.json': JSON.stringify(validDocument) }), 'seed.json')
+  // A server that takes connections and never says a word (a hung server or pooler): the commands
+  // waited for it for ever.
+  const sockets = new Set<Socket>()
+  const silent = createServer((socket) => { sockets.add(socket) }).listen(0, '127.0.0.1')
+  await once(silent, 'listening')
+  t.teardown(() => { for (const socket of sockets) socket.destroy(); silent.close() })
+  const silentUrl = `postgres://postgres@127.0.0.1:${(silent.address() as { port: number }).port}/nothing`
+  const refusedUrl = `postgres://postgres@127.0.0.1:${await freePort()}/nothing`
+  const commands = [
+    { script: 'db-migrate.ts', args: [], says: 'The migrations were not applied: the database cannot be reached (' },
+    { script: 'db-seed.ts', args: [file], says: `Nothing was loaded. ${file}: the database cannot be reached (` },
+    { script: 'db-prune-changes.ts', args: ['--older-than', '30'], says: 'Nothing was pruned: the database cannot be reached (' }
+  ]
+  const cases = commands.flatMap((command) => [
+    { ...command, what: 'refused', url: refusedUrl },
+    { ...command, what: 'silent', url: silentUrl }
+  ])
+  const runs = await Promise.all(cases.map(({ script, args, url }) => cli(script, args, url, { MIGRATIONS_CONNECTION_WAIT_MS: '1000' })))
+  for (const [index, { script, what, says }] of cases.entries()) {
+    const { code, stdout, stderr } = runs[index]
+    const name = `${script}, ${what}`
+    t.equal(code, 1, `${name}: ${stderr}`)
+    t.equal(stdout, '', name)
+    t.ok(stderr.startsWith(says), `${name}: ${stderr}`)
+    t.equal(stderr.trimEnd().split('\n').length, 1, `${name}: one line`)
+  }
+})
+
+t.test('db:migrate and db:seed migrate through MIGRATIONS_DATABASE_URL when it is set, as the service does', async (t) => {
+  const url = await createTestDatabase(t)
+  const nowhere = `postgres://postgres@127.0.0.1:${await freePort()}/nothing`
+  // DATABASE_URL a transaction pooler, say, where the migrations' session lock does not hold.
+  const migrated = await cli('db-migrate.ts', [], nowhere, { MIGRATIONS_DATABASE_URL: url })
+  t.equal(migrated.code, 0, migrated.stderr)
+  t.match(migrated.stdout, /^Applied: .*0001_create_permissions\.sql/)
+  t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'migrated on MIGRATIONS_DATABASE_URL')
+
+  // Seeded on DATABASE_URL after migrating on MIGRATIONS_DATABASE_URL: the one where nothing listens
+  // fails the command, whichever of the two it is.
+  const file = join(t.testdir({ 'seed.json': JSON.stringify(validDocument) }), 'seed.json')
+  const seeded = await cli('db-seed.ts', [file], url, { MIGRATIONS_DATABASE_URL: nowhere })
+  t.equal(seeded.code, 1, 'migrating on MIGRATIONS_DATABASE_URL, where nothing listens')
+  t.match(seeded.stderr, /the database cannot be reached/)
+  t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'nothing loaded')
 })
