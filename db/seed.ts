@@ -71,12 +71,25 @@ let validateSeed: ValidateFunction<SeedData> | undefined
 
 export class SeedError extends Error {}
 
-/** Throws a SeedError listing every way `data` does not fit the seed format. */
+/** Throws a SeedError listing every way `data` does not fit the seed format, an id listed twice included. */
 export function assertSeedData (data: unknown): asserts data is SeedData {
   // Compiled on first use: the server and most tests import this module only to seed, and the
   // compilation cost each of their processes about 50 ms of CPU.
   validateSeed ??= new Ajv({ allErrors: true, unicodeRegExp: true }).compile<SeedData>(seedSchema)
-  if (validateSeed(data)) return
+  if (validateSeed(data)) {
+    // An id listed twice: the last entry would silently win over the first, and both be counted.
+    const repeated: string[] = []
+    for (const list of ['resources', 'clients', 'permissions'] as const) {
+      const first = new Map<string, number>()
+      for (const [index, { id }] of (data[list] ?? []).entries()) {
+        const earlier = first.get(id)
+        if (earlier === undefined) first.set(id, index)
+        else repeated.push(`${list}[${index}] "${id}": the id is also ${list}[${earlier}]'s`)
+      }
+    }
+    if (repeated.length === 0) return
+    throw new SeedError(`The seed file is not valid:\n  ${repeated.join('\n  ')}`)
+  }
   const problems = (validateSeed.errors ?? []).map(({ instancePath, message, params }) =>
     `${instancePath || '(document)'} ${message}${params.additionalProperty ? `: "${params.additionalProperty}"` : ''}`)
   throw new SeedError(`The seed file is not valid:\n  ${problems.join('\n  ')}`)

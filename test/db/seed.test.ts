@@ -207,3 +207,23 @@ t.test('a bad last authorization on an empty database: every table stays empty',
   t.ok(error?.message.includes('authorizations[3] (resource "reports-api", client "warehouse-app"): refers to something that does not exist'), error?.message ?? 'not refused')
   t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 })
 })
+
+t.test('an id listed twice (a resource, a client, a permission) is refused, naming both entries: the last one silently won, and the counts counted both', async (t) => {
+  const { url, pool } = await migratedPool(t)
+  const cases = [
+    { document: { resources: [{ id: 'a-api', name: 'A' }, { id: 'a-api', name: 'B' }] }, says: 'resources[1] "a-api": the id is also resources[0]\'s' },
+    { document: { clients: [{ id: 'app' }, { id: 'other' }, { id: 'app' }] }, says: 'clients[2] "app": the id is also clients[0]\'s' },
+    {
+      document: {
+        resources: [{ id: 'a-api' }],
+        permissions: [{ id: 'p', resource_id: 'a-api', name: 'read:a' }, { id: 'p', resource_id: 'a-api', name: 'write:a' }]
+      },
+      says: 'permissions[1] "p": the id is also permissions[0]\'s'
+    }
+  ]
+  for (const { document, says } of cases) {
+    const error = await refusal(pool, document)
+    t.ok(error?.message.includes(says), `${says}: ${error?.message}`)
+    t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'nothing loaded')
+  }
+})
