@@ -5,8 +5,12 @@ import type { FastifyRequest } from 'fastify'
 export interface PageRequest { limit: number, page: number, sortBy: string, total: number }
 
 // A Host header is the client's to choose: only an RFC 3986 host[:port] goes into a link (none of
-// its characters can end a link's <...>); anything else gets path-only links.
+// its characters can end a link's <...>) and only one a URL parser takes (WHATWG URL, as browsers
+// and fetch read a link): the pattern alone lets through a bare %, brackets around no IPv6
+// address and ports past 65535, which make a link no client can follow. Anything else gets
+// path-only links.
 const plainHost = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=%]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/
+const linkableHost = (host: string) => plainHost.test(host) && URL.canParse(`http://${host}/`)
 
 // Behind a trusted proxy the scheme is the last X-Forwarded-Proto entry, as the client sent it when
 // the gateway appends rather than replaces: only http and https are schemes of this service.
@@ -15,7 +19,7 @@ const webScheme = /^https?$/i
 /** A path of this service, absolute when the request's scheme and host are sane. */
 export function siteUrl (request: FastifyRequest, path: string): string {
   const { protocol, host } = request
-  return webScheme.test(protocol) && plainHost.test(host) ? `${protocol.toLowerCase()}://${host}${path}` : path
+  return webScheme.test(protocol) && linkableHost(host) ? `${protocol.toLowerCase()}://${host}${path}` : path
 }
 
 /**

@@ -277,6 +277,20 @@ t.test('Link URLs use the Host header when it is a plain host, and are path-only
   }
 })
 
+t.test('a Host that is no URL\'s host (a bare %, brackets around no IPv6 address, a port past 65535) gets path-only links', async (t) => {
+  for (const host of ['a%zz', '%', 'a%3Cb', '[::::]', '[1.2.3.4]', '[.]', 'a:99999', '[::1]:65536', '1.2.3.256']) {
+    const res = await rawGet(ordersPath() + '?limit=2', { host })
+    t.equal(res.status, 200, host)
+    t.match(res.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/, host)
+  }
+  for (const host of ['a%41.example', 'api.example:65535', '[2001:db8::1]:8443', '[::ffff:127.0.0.1]']) {
+    const res = await rawGet(ordersPath() + '?limit=2', { host })
+    const first = /^<([^>]+)>; rel="first"/.exec(res.link)![1]
+    t.ok(URL.canParse(first), `${host}: ${first}`)
+    t.ok(first.startsWith(`http://${host}/`), host)
+  }
+})
+
 t.test('behind a trusted proxy, Link URLs take X-Forwarded-Proto only when it is http or https', async (t) => {
   const proxied = await build(t, { TRUST_PROXY: 'true' })
   await proxied.seed(ordersFixture())
