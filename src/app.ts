@@ -17,6 +17,7 @@ import pressure from '../plugins/pressure.js'
 import tracingPlugin, { IncomingLineAfterSpan } from '../plugins/tracing.js'
 import { type Config, isProduction } from './config.js'
 import { operations } from './generated/operations.js'
+import { headerLines } from './header-lines.js'
 import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler } from './error-handler.js'
 import { problems } from './problems.js'
@@ -112,9 +113,7 @@ function serializeReply (reply: Partial<FastifyReply> & Pick<FastifyReply, 'stat
  * (and answers a missing one itself, with no problem body, unless requireHostHeader is off).
  */
 function hostAsRequired (request: IncomingMessage): boolean {
-  let lines = 0
-  const { rawHeaders } = request
-  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i].length === 4 && rawHeaders[i].toLowerCase() === 'host') lines++
+  const lines = headerLines(request, 'host').length
   return lines === 1 || (lines === 0 && request.httpVersion === '1.0')
 }
 

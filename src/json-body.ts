@@ -4,6 +4,7 @@
 // also refuses __proto__ and constructor poisoning).
 import type { FastifyInstance } from 'fastify'
 import { parse as parseContentType } from 'fast-content-type-parse'
+import { headerLines } from './header-lines.js'
 import { Problem, problems } from './problems.js'
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })
@@ -21,16 +22,7 @@ function charsetOf (contentType: string): string | undefined | null {
   }
 }
 
-const CONTENT_TYPE = 'content-type'
 const notJson = () => new Problem({ status: 415, detail: 'The body must be application/json.' })
-
-function contentTypeLines (rawHeaders: readonly string[]): number {
-  let lines = 0
-  for (let i = 0; i < rawHeaders.length; i += 2) {
-    if (rawHeaders[i].length === CONTENT_TYPE.length && rawHeaders[i].toLowerCase() === CONTENT_TYPE) lines++
-  }
-  return lines
-}
 
 export function registerJsonBodyParser (fastify: FastifyInstance): void {
   // Stryker disable next-line StringLiteral: secure-json-parse reads an empty action as its default, 'error'
@@ -50,7 +42,7 @@ export function registerJsonBodyParser (fastify: FastifyInstance): void {
     }
     // Node keeps the first of several Content-Type lines; RFC 9110 §5.3 reads them as one list
     // ("application/json, text/plain"), which is no media type of ours.
-    if (contentTypeLines(request.raw.rawHeaders) > 1) return done(notJson(), undefined)
+    if (headerLines(request.raw, 'content-type').length > 1) return done(notJson(), undefined)
     // Stryker disable next-line StringLiteral: this parser runs only for a Content-Type of application/json, so the header is there
     const charset = charsetOf(request.headers['content-type'] ?? '')
     if (charset === null) {

@@ -7,6 +7,7 @@ import fastifyJwt, { type TokenOrHeader } from '@fastify/jwt'
 import type { FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { TokenError } from 'fast-jwt'
+import { headerLines } from '../../src/header-lines.js'
 import { Problem, problemNameOf, problems } from '../../src/problems.js'
 import { requestSpan } from '../../src/tracing.js'
 import type { JwtKey } from './key.js'
@@ -82,23 +83,14 @@ export function grantedScopes (claims: Record<string, unknown>, scopeClaims: rea
   return NO_SCOPES
 }
 
-const AUTHORIZATION = 'authorization'
-
 /**
  * The Authorization field as RFC 9110 §5.3 reads it: several lines are one value, joined by commas
  * (which no Bearer credentials match). Node keeps only the first line in request.headers, so a
  * second token, which a gateway may have checked instead, would otherwise go unseen.
  */
 function authorizationOf (request: FastifyRequest): string | undefined {
-  const { rawHeaders } = request.raw
-  let value: string | undefined
-  for (let i = 0; i < rawHeaders.length; i += 2) {
-    const name = rawHeaders[i]
-    if (name.length === AUTHORIZATION.length && name.toLowerCase() === AUTHORIZATION) {
-      value = value === undefined ? rawHeaders[i + 1] : `${value}, ${rawHeaders[i + 1]}`
-    }
-  }
-  return value
+  const lines = headerLines(request.raw, 'authorization')
+  return lines.length === 0 ? undefined : lines.join(', ')
 }
 
 export interface VerifiedToken { claims: Record<string, unknown>, scopes: ReadonlySet<string>, until: number }
