@@ -5,7 +5,7 @@ import { request } from 'node:http'
 import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { seedDatabase } from '../../db/seed.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { endsWithTest } from '../support/at-exit.js'
@@ -49,22 +49,24 @@ async function listening (child: ChildProcess, output: () => string): Promise<nu
   throw new Error(`the server did not start:\n${output()}`)
 }
 
-t.test('SIGTERM under load: readiness fails, in-flight requests complete, new connections are refused, exit 0', async (t) => {
-  const databaseUrl = await createTestDatabase(t)
+/** The real server process on `databaseUrl` with production settings and `env`, once it listens. */
+async function startedServer (t: Test, databaseUrl: string, env: Record<string, string>) {
   const child = endsWithTest(spawn(serverProcess.command, serverProcess.args, {
-    env: {
-      ...productionServerEnv(databaseUrl),
-      // Longer than this test's readiness check can take on a loaded machine: the "gateway" must see
-      // readiness fail and stop sending before the listener closes, or its next connections are reset.
-      SHUTDOWN_DELAY_MS: '2000'
-    },
+    env: { ...productionServerEnv(databaseUrl), ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   }))
   t.teardown(() => { child.kill('SIGKILL') })
   let output = ''
   child.stdout!.on('data', (chunk) => { output += chunk })
   child.stderr!.on('data', (chunk) => { output += chunk })
-  const port = await listening(child, () => output)
+  return { child, port: await listening(child, () => output), output: () => output }
+}
+
+t.test('SIGTERM under load: readiness fails, in-flight requests complete, new connections are refused, exit 0', async (t) => {
+  const databaseUrl = await createTestDatabase(t)
+  // Longer than this test's readiness check can take on a loaded machine: the "gateway" must see
+  // readiness fail and stop sending before the listener closes, or its next connections are reset.
+  const { child, port } = await startedServer(t, databaseUrl, { SHUTDOWN_DELAY_MS: '2000' })
   const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 })
   pool.on('error', () => {}) // the database is dropped with FORCE at teardown
   await seedDatabase(pool, ordersFixture())
@@ -132,16 +134,7 @@ function slowDelete (port: number, token: string, id: string) {
 }
 
 t.test('SIGTERM with a connection open that has sent nothing: it is closed with the listener, exit 0 at once', async (t) => {
-  const databaseUrl = await createTestDatabase(t)
-  const child = endsWithTest(spawn(serverProcess.command, serverProcess.args, {
-    env: { ...productionServerEnv(databaseUrl), SHUTDOWN_DELAY_MS: '0', SHUTDOWN_TIMEOUT_MS: '20000' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  }))
-  t.teardown(() => { child.kill('SIGKILL') })
-  let output = ''
-  child.stdout!.on('data', (chunk) => { output += chunk })
-  child.stderr!.on('data', (chunk) => { output += chunk })
-  const port = await listening(child, () => output)
+  const { child, port, output } = await startedServer(t, await createTestDatabase(t), { SHUTDOWN_DELAY_MS: '0', SHUTDOWN_TIMEOUT_MS: '20000' })
   // A client's spare connection, opened and not used: undici opens one after a stream it was
   // reading is aborted, browsers open them ahead of need. Node's server.close() leaves it open.
   const spare = connect(port, '127.0.0.1')
@@ -154,7 +147,7 @@ t.test('SIGTERM with a connection open that has sent nothing: it is closed with 
   child.kill('SIGTERM')
   const signalledAt = Date.now()
   const [code] = await once(child, 'exit')
-  t.equal(code, 0, `exit code 0\n${output.slice(-2000)}`)
+  t.equal(code, 0, `exit code 0\n${output().slice(-2000)}`)
   t.ok(Date.now() - signalledAt < 10_000, `within seconds, not the shutdown bound (${Date.now() - signalledAt} ms)`)
   await closedByServer
   t.pass('the spare connection was closed')
