@@ -87,3 +87,26 @@ t.test('a start logs the migrations it applied, and none when the database is up
   for (let attempt = 0; attempt < 50 && await others() > 0; attempt++) await sleep(20)
   t.equal(await others(), 0, 'the pool and the readiness probe\'s connection are closed')
 })
+
+t.test('a token in the query string under any name, or none, is in no log line; other parameters are kept', async (t) => {
+  const secretish = readToken()
+  const opaque = 'opaque-s3cr3t-value'
+  const urls = [
+    `/no-such-path?authorization=Bearer%20${secretish}`,
+    `${ordersPath()}?limit=2&token=${secretish}`,
+    `${ordersPath()}?access%5Ftoken=${secretish}`,
+    `${ordersPath()}?${secretish}`,
+    `${ordersPath()}?limit=2&API-Key=${opaque}&Password=${opaque}&client_secret=${opaque}`
+  ]
+  for (const [i, url] of urls.entries()) {
+    const res = await harness.request(url, { headers: { 'x-request-id': `query-secret-${i}` } })
+    t.ok(res.status >= 400, url)
+    await waitFor((line) => line.reqId === `query-secret-${i}` && line.res !== undefined, `request ${i} completed`)
+  }
+  const mine = logs.filter((line) => String(line.reqId).startsWith('query-secret-'))
+  const everything = JSON.stringify(mine)
+  t.notOk(everything.includes(secretish.split('.')[2]), 'no token, whatever the parameter\'s name')
+  t.notOk(everything.includes(opaque), 'no value of a parameter named as a credential')
+  const incoming = mine.find((line) => line.reqId === 'query-secret-1') as { req: { url: string } }
+  t.equal(incoming.req.url, `${ordersPath()}?limit=2&token=[redacted]`, 'the rest of the URL as sent')
+})
