@@ -1,10 +1,10 @@
 // The one error handler: every error (ours, Fastify's validation, body and routing errors, the
 // database's, Node's HTTP parser's) answered as application/problem+json, without leaking internals.
-import { type ServerResponse, STATUS_CODES } from 'node:http'
+import { type IncomingMessage, type ServerResponse, STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
-import { REQUEST_ID_HEADER } from './request-id.js'
+import { REQUEST_ID_HEADER, requestIdGiven } from './request-id.js'
 import { requestSpan } from './tracing.js'
 import { type FieldError, OVERLOADED, Problem, PROBLEM_CONTENT_TYPE, problems, SHUTTING_DOWN, STARTING, statusPhrase } from './problems.js'
 
@@ -164,7 +164,9 @@ export function toProblem (error: FastifyError, request?: FastifyRequest): Probl
 }
 
 export function errorHandler (error: FastifyError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const problem = toProblem(error, request)
+  // Timed out while its body arrived: answered 408 on the socket, and its body's read then fails
+  // (400 aborted). Logged as what the client was told.
+  const problem = timedOut.has(request.raw) ? requestTimedOut() : toProblem(error, request)
   // Shedding load is the service working as designed: worth a warning, not an error with a stack;
   // a replica starting or draining is its lifecycle, worth a line at info.
   if (problem.type === OVERLOADED) request.log.warn({ reason: overloadReasonOf(error) ?? problem.shedReason ?? 'event_loop', detail: error.message }, 'request shed')
@@ -175,9 +177,12 @@ export function errorHandler (error: FastifyError, request: FastifyRequest, repl
 }
 
 // Node's HTTP server keeps the response it is writing on the socket as _httpMessage.
-type HttpSocket = Socket & { _httpMessage?: (Pick<ServerResponse, 'headersSent' | 'writableFinished' | 'once'> & { req?: { complete: boolean } }) | null }
+type HttpSocket = Socket & { _httpMessage?: (Pick<ServerResponse, 'headersSent' | 'writableFinished' | 'once'> & { req?: IncomingMessage }) | null }
 // Connections whose refused request waits for the answers to the requests before it.
 const waitingForEarlierAnswers = new WeakSet<Socket>()
+// Requests answered 408 by clientErrorHandler while their body was still arriving.
+const timedOut = new WeakSet<IncomingMessage>()
+const requestTimedOut = () => new Problem({ status: 408, detail: 'The request took too long to arrive.' })
 
 /**
  * Requests Node's HTTP parser rejects never reach Fastify's routing: answer them as problems too,
@@ -208,11 +213,17 @@ export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket
     return
   }
   const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400
-  const detail = status === 431
-    ? 'The request headers are larger than the server accepts.'
-    : status === 408 ? 'The request took too long to arrive.' : 'The request is not valid HTTP.'
-  const body = JSON.stringify(new Problem({ status, detail }).toJSON())
+  const problem = status === 408
+    ? requestTimedOut()
+    : new Problem({ status, detail: status === 431 ? 'The request headers are larger than the server accepts.' : 'The request is not valid HTTP.' })
+  // A request whose headers arrived has an id, logged on its lines: its 408 carries it too. Its
+  // line saying 408 is errorHandler's, once the read of its body fails.
+  const request = status === 408 && inFlight?.req?.complete === false ? inFlight.req : undefined
+  const id = request && requestIdGiven(request)
+  if (request) timedOut.add(request)
+  const body = JSON.stringify(id === undefined ? problem.toJSON() : { ...problem.toJSON(), request_id: id })
   socket.end(`HTTP/1.1 ${status} ${statusPhrase(status)}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+    (id === undefined ? '' : `X-Request-Id: ${id}\r\n`) +
     `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
 }
 

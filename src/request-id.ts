@@ -8,7 +8,18 @@ export const REQUEST_ID_HEADER = 'x-request-id'
 // Short and plain, so a client cannot inject log lines, header breaks or huge values.
 const saneRequestId = /^[A-Za-z0-9._:@-]{1,128}$/
 
+// Each request's id by its Node request: a request timed out while its body arrives is answered
+// on the socket (src/error-handler.ts clientErrorHandler), where only Node's request is at hand.
+const ids = new WeakMap<IncomingMessage, string>()
+
 export function requestIdOf (request: IncomingMessage): string {
   const given = request.headers[REQUEST_ID_HEADER]
-  return typeof given === 'string' && saneRequestId.test(given) ? given : randomUUID()
+  const id = typeof given === 'string' && saneRequestId.test(given) ? given : randomUUID()
+  ids.set(request, id)
+  return id
+}
+
+/** The id requestIdOf gave `request`, if it has been given one. */
+export function requestIdGiven (request: IncomingMessage): string | undefined {
+  return ids.get(request)
 }

@@ -75,6 +75,20 @@ t.test('a DELETE whose body trickles in, with a valid token → 408 problem and 
   t.equal(await grantCount(), 10, 'nothing removed')
 })
 
+t.test('a request timed out while its body arrives: its id on the 408 and in the log line saying 408, not 400', async (t) => {
+  const { socket, received, closed } = await open()
+  socket.write(`DELETE ${ordersPath()} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${deleteToken()}\r\n` +
+    'X-Request-Id: slow-body-1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n["p_')
+  await within(REQUEST_TIMEOUT_MS + 3000, 'the close', closed)
+  t.equal(statusOf(received()), 408)
+  t.match(received(), /\r\nX-Request-Id: slow-body-1\r\n/i, 'echoed as on every answer')
+  t.match(bodyOf(received()), { status: 408, request_id: 'slow-body-1' })
+  const line = await logs.waitFor((line) => line.reqId === 'slow-body-1' && line.status !== undefined, 'the answer logged')
+  t.match(line, { level: 30, status: 408 })
+  await sleep(100)
+  t.same(logs.lines.filter((line) => line.reqId === 'slow-body-1' && line.status !== undefined && line.status !== 408), [], 'no line says another status')
+})
+
 t.test('headers that trickle in → 408 and the connection closed within the bound', async (t) => {
   const { socket, received, closed } = await open()
   const started = Date.now()
