@@ -45,6 +45,9 @@ export function jwksOverNetworkHttp (config: Pick<Config, 'JWKS_URL'>): boolean 
 export function jwtKeyOf (config: Config): JwtKey | undefined {
   if (config.JWT_SECRET) return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
   if (config.JWKS_URL) {
+    // fetch refuses a URL with credentials, so such a key set never loads; and the URL is logged.
+    const { username, password } = new URL(config.JWKS_URL)
+    if (username || password) throw new Error('Invalid configuration: JWKS_URL must not hold a user name or password (a key set is public)')
     if (isProduction(config) && jwksOverNetworkHttp(config) && !config.JWKS_ALLOW_HTTP) {
       throw new Error('Invalid configuration: JWKS_URL must be https:// in production, or http:// on a loopback host ' +
         '(set JWKS_ALLOW_HTTP=true to allow plain http to another host)')
