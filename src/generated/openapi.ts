@@ -440,6 +440,7 @@ export interface components {
         /** @description The feed's `after` is older than the newest change the prune command deleted; changes after it are gone. */
         ChangesPruned: {
             headers: {
+                "Consistency-Token": components["headers"]["Consistency-Token"];
                 [name: string]: unknown;
             };
             content: {
@@ -496,6 +497,7 @@ export interface components {
         /** @description The resource or the client does not exist, or the client is not authorized on the resource. */
         NotFound: {
             headers: {
+                "Consistency-Token": components["headers"]["Consistency-Token"];
                 [name: string]: unknown;
             };
             content: {
@@ -514,6 +516,7 @@ export interface components {
         /** @description The client's grants changed since the `ETag` given in `If-Match`, or (on a change) are at a version `If-None-Match` names (or it is `*`); nothing was changed, and the list served no page. */
         PreconditionFailed: {
             headers: {
+                "Consistency-Token": components["headers"]["Consistency-Token"];
                 [name: string]: unknown;
             };
             content: {
@@ -649,7 +652,10 @@ export interface components {
         /**
          * @description Where the state this answer shows (or the change it made) lies in the database's history:
          *     send it back as `Consistency-Token` to be answered from a state at least as new. Only with
-         *     replicas (`DATABASE_REPLICA_URLS`). Opaque; today a PostgreSQL WAL position.
+         *     replicas (`DATABASE_REPLICA_URLS`). A refusal decided on the database's state (a 404, 412,
+         *     422, or the change feed's 410) carries one too: the read that follows it (the list for a
+         *     current `ETag`, the feed started again) then sees no older state. Opaque; today a
+         *     PostgreSQL WAL position.
          * @example 0/3000148
          */
         "Consistency-Token": string;
@@ -1124,6 +1130,7 @@ export interface operations {
              */
             422: {
                 headers: {
+                    "Consistency-Token": components["headers"]["Consistency-Token"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1213,6 +1220,7 @@ export interface operations {
             /** @description Some ids are not permissions of the resource; nothing was removed. */
             422: {
                 headers: {
+                    "Consistency-Token": components["headers"]["Consistency-Token"];
                     [name: string]: unknown;
                 };
                 content: {

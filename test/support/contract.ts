@@ -1,13 +1,15 @@
 // Checks every response the tests receive against openapi/openapi.yaml: the status is declared for
-// the operation, the media type and body match the declared schema, declared headers are present,
-// and every error is a problem whose status repeats the HTTP status.
+// the operation, the media type and body match the declared schema, required headers are present,
+// every header sent matches its declared schema, a header the spec declares anywhere is sent only
+// where it is declared, and every error is a problem whose status repeats the HTTP status.
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import addFormats from 'ajv-formats'
 import { dereferencedSpecOfRun } from '../../src/spec.js'
 
 type Schema = Record<string, unknown>
 interface MediaType { schema?: Schema }
-interface Response { content?: Record<string, MediaType>, headers?: Record<string, { required?: boolean }> }
+interface Header { required?: boolean, schema?: Schema }
+interface Response { content?: Record<string, MediaType>, headers?: Record<string, Header> }
 interface Operation { responses: Record<string, Response> }
 
 // Every $ref resolved: a declared response, header or schema is found where the operation names it.
@@ -22,6 +24,12 @@ const routes = Object.entries(spec.paths as unknown as Record<string, Record<str
   path
 }))
 
+// The headers the contract speaks of (ETag, Consistency-Token, Vary…), lower-cased: one of them on
+// an answer that does not declare it is a header a client cannot learn of from the spec. Others
+// (Content-Type, Date, X-Request-Id…) are HTTP's or every answer's, and not checked here.
+const contractHeaders = new Set(routes.flatMap(({ item }) => Object.values(item).flatMap((operation) =>
+  Object.values((operation as Partial<Operation>).responses ?? {}).flatMap((response) => Object.keys(response.headers ?? {}).map((name) => name.toLowerCase())))))
+
 const validators = new Map<string, ReturnType<typeof ajv.compile>>()
 function validatorFor (pointer: string) {
   let validate = validators.get(pointer)
@@ -29,6 +37,16 @@ function validatorFor (pointer: string) {
     validate = ajv.getSchema(`spec#${pointer}`)
     if (!validate) throw new Error(`no schema at ${pointer}`)
     validators.set(pointer, validate)
+  }
+  return validate
+}
+
+const headerValidators = new WeakMap<Schema, ReturnType<typeof ajv.compile>>()
+function headerValidator (schema: Schema) {
+  let validate = headerValidators.get(schema)
+  if (!validate) {
+    validate = ajv.compile(schema)
+    headerValidators.set(schema, validate)
   }
   return validate
 }
@@ -71,8 +89,21 @@ export function checkContract (method: string, url: string, response: ObservedRe
   }
   const declared = operation.responses[String(response.status)]
   if (!declared) fail(`status ${response.status} is not declared for ${method} ${route.path}`)
-  for (const [name, header] of Object.entries(declared.headers ?? {})) {
-    if (header.required && !response.headers.has(name)) fail(`missing header ${name}`)
+  const declaredHeaders = Object.entries(declared.headers ?? {})
+  for (const [name, header] of declaredHeaders) {
+    const value = response.headers.get(name)
+    if (value === null) {
+      if (header.required) fail(`missing header ${name}`)
+      continue
+    }
+    const schema = header.schema ?? {}
+    const typed = schema.type === 'integer' && /^\d+$/.test(value) ? Number(value) : value
+    const validate = headerValidator(schema)
+    if (!validate(typed)) fail(`header ${name}: ${JSON.stringify(value)} ${ajv.errorsText(validate.errors)}`)
+  }
+  const names = new Set(declaredHeaders.map(([name]) => name.toLowerCase()))
+  for (const name of response.headers.keys()) {
+    if (contractHeaders.has(name) && !names.has(name)) fail(`header ${name} is not declared for ${response.status}`)
   }
   if (isHead) return
   if (!declared.content) {
