@@ -441,6 +441,11 @@ export interface components {
         ChangesPruned: {
             headers: {
                 "Consistency-Token": components["headers"]["Consistency-Token"];
+                /**
+                 * @description `Accept` on a poll, `Accept, Last-Event-ID` on a stream: which cursor was pruned depends on them.
+                 * @example Accept
+                 */
+                Vary: string;
                 [name: string]: unknown;
             };
             content: {
@@ -728,12 +733,22 @@ export interface operations {
             /** @description A page of the feed, or (with `Accept: text/event-stream`) the feed as a stream. */
             200: {
                 headers: {
+                    /**
+                     * @description `no-store` on a stream: every event is new, and nothing on the way may keep it.
+                     * @example no-store
+                     */
+                    "Cache-Control"?: string;
                     "Consistency-Token": components["headers"]["Consistency-Token"];
                     /**
                      * @description RFC 8288 link to poll from next (polling only), carrying `after`, `limit` and `resource_id`.
                      * @example <http://localhost:3000/permission_changes?after=11456300564480&limit=50>; rel="next"
                      */
                     Link?: string;
+                    /**
+                     * @description `Accept` on a page, `Accept, Last-Event-ID` on a stream: the answer depends on them.
+                     * @example Accept
+                     */
+                    Vary: string;
                     [name: string]: unknown;
                 };
                 content: {

@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { pruneChanges } from '../../db/queries/history.js'
 import { FEED_PAGE_SIZE } from '../../src/feed-events.js'
+import { checkContract } from '../support/contract.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build, type Harness } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
@@ -287,6 +288,29 @@ t.test('fastify.close() with a stream open: it resolves promptly and the stream 
   t.ok(tookMs < 5_000, `closed in ${tookMs} ms`)
   t.equal(await s.finished, 'end')
   t.equal(harness.app.feed.streams, 0)
+})
+
+t.test('a stream and its 410: Vary: Accept, Last-Event-ID (both chose the answer), a stream Cache-Control: no-store; their heads as the spec declares them', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const { rows: [{ id: old }] } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+    VALUES (now() - interval '40 days', 'orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'old') RETURNING id::text`)
+  await change(harness, 'DELETE', ['p_read_orders'])
+  t.equal(await pruneChanges(harness.db, 30), 1)
+  const live = await stream(t, harness)
+  t.equal(live.status, 200)
+  t.equal(live.headers.vary, 'Accept, Last-Event-ID')
+  t.equal(live.headers['cache-control'], 'no-store')
+  const gone = await stream(t, harness, '', { headers: { 'last-event-id': String(BigInt(old) - 1n) } })
+  t.equal(gone.status, 410)
+  t.equal(await gone.finished, 'end')
+  t.equal(gone.headers.vary, 'Accept, Last-Event-ID')
+  for (const s of [live, gone]) {
+    const headers = new Headers()
+    for (const [name, value] of Object.entries(s.headers)) headers.set(name, String(value))
+    const text = s.status === 200 ? '' : s.text()
+    t.doesNotThrow(() => checkContract('GET', '/permission_changes', { status: s.status, headers, body: text && JSON.parse(text), text }), `${s.status}: as the spec says`)
+  }
 })
 
 t.test('a cursor below the prune mark → 410 changes-pruned as problem+json, no stream; at the mark or without one, a stream', async (t) => {

@@ -262,6 +262,22 @@ t.test('HEAD answers as GET does, without a body', async (t) => {
   t.equal((await harness.request(FEED, { method: 'HEAD' })).status, 401)
 })
 
+t.test('Vary: Accept on a page, its HEAD and a 410 (a stream answers on the same URL): a cache keeps one apart from the other', async (t) => {
+  const [old] = await recordedBySql([{ ago: '40 days', requestId: 'old' }])
+  await recordedBySql([{ requestId: 'kept' }])
+  await settled(2)
+  t.equal(await pruneChanges(harness.db, 30), 1)
+  for (const [what, res] of [
+    ['a page', await poll()],
+    ['a page for Accept: application/json', await poll('', { accept: 'application/json' })],
+    ['HEAD', await harness.request(FEED, { method: 'HEAD', token: readToken() })],
+    ['410', await poll(`?after=${BigInt(old) - 1n}`)]
+  ] as const) {
+    t.equal(res.headers.get('vary'), 'Accept', what)
+  }
+  t.equal((await harness.request(FEED)).headers.get('vary'), null, 'not on a 401, the same whatever Accept says')
+})
+
 t.test('the next link is absolute, on the host the request named; path-only for a Host that is not a plain host', async (t) => {
   // An empty feed: the links' after is where it stands.
   t.match((await poll()).headers.get('link'), new RegExp(`^<${harness.baseUrl}${FEED}\\?after=[0-9]+&limit=50>; rel="next"$`))

@@ -1,7 +1,7 @@
 // GET /permission_changes: the change feed, every recorded change across resources, oldest first,
 // in an order no reader can miss (db/queries/feed.ts). Polled (a page, JSON) or streamed
 // (Server-Sent Events, ./stream.ts), chosen by Accept.
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import Negotiator from 'negotiator'
 import { feedPage } from '../../feed-events.js'
 import type { operations as Operations } from '../../generated/openapi.js'
@@ -21,8 +21,16 @@ const mediaTypes = ['application/json', EVENT_STREAM]
 const wantsStream = (request: FastifyRequest) =>
   request.method === 'GET' && new Negotiator(request).mediaType(mediaTypes) === EVENT_STREAM
 
+// Accept chooses between a page and a stream, and a stream starts at Last-Event-ID: the answers a
+// cache may keep (200, and 410, cacheable by default: RFC 9110 §15.1) name them (§12.5.5), so that
+// one is never served for the other.
+async function varyByNegotiation (request: FastifyRequest, reply: FastifyReply, payload: unknown) {
+  if (reply.statusCode === 200 || reply.statusCode === 410) reply.header('vary', wantsStream(request) ? 'Accept, Last-Event-ID' : 'Accept')
+  return payload
+}
+
 export default async function changeFeed (fastify: FastifyInstance) {
-  fastify.get<{ Querystring: Query, Headers: Feed['parameters']['header'] }>(url, { schema, config }, async (request, reply) => {
+  fastify.get<{ Querystring: Query, Headers: Feed['parameters']['header'] }>(url, { schema, config, onSend: varyByNegotiation }, async (request, reply) => {
     const { after: afterParameter, limit, resource_id: resourceId } = request.query
     if (wantsStream(request)) {
       const after = request.headers['last-event-id'] ?? afterParameter
