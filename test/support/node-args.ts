@@ -19,3 +19,6 @@ export function runnableOf (source: string): string {
 
 /** node's arguments to run the project's `source` as a process: `[...nodeArgsOf('src/server.ts'), ...args]`. */
 export const nodeArgsOf = (source: string): string[] => [...loaderArgs, runnableOf(source)]
+
+/** The folder the project's files run from: the build's, or the project's own under tsx. */
+export const runRoot: string = buildRoot ?? projectRoot

@@ -1,17 +1,21 @@
 // Shutdown as a rolling deploy does it: SIGTERM to the real server process while it is under load.
-import { type ChildProcess, spawn } from 'node:child_process'
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
+import { existsSync, readFileSync } from 'node:fs'
 import { request } from 'node:http'
-import { connect } from 'node:net'
+import { connect, createServer, type Socket } from 'node:net'
+import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t, { type Test } from 'tap'
+import { postmasterPid, running } from '../../db/cluster-folders.js'
+import { freePort } from '../../db/embedded-postgres.js'
 import { seedDatabase } from '../../db/seed.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { endsWithTest } from '../support/at-exit.js'
 import { createTestDatabase } from '../support/database.js'
 import { build } from '../support/harness.js'
-import { productionServerEnv, serverProcess } from '../support/server-process.js'
+import { productionServerEnv, projectCopy, serverProcess } from '../support/server-process.js'
 import { productionClaims, readToken, token as tokenWith } from '../support/tokens.js'
 import { until } from '../support/waiting.js'
 
@@ -39,8 +43,8 @@ function get (port: number, path: string, token?: string): Promise<number | stri
   })
 }
 
-async function listening (child: ChildProcess, output: () => string): Promise<number> {
-  for (let waited = 0; waited < 30_000; waited += 50) {
+async function listening (child: ChildProcess, output: () => string, withinMs = 30_000): Promise<number> {
+  for (let waited = 0; waited < withinMs; waited += 50) {
     const port = /Server listening at http:\/\/127\.0\.0\.1:(\d+)/.exec(output())?.[1]
     if (port) return Number(port)
     if (child.exitCode !== null) break
@@ -114,13 +118,13 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
 })
 
 /** A DELETE that sends its headers and half its body now, and the rest when told. */
-function slowDelete (port: number, token: string, id: string) {
+function slowDelete (port: number, token: string, id: string, path = ordersPath()) {
   const body = JSON.stringify([id])
   const req = request({
     host: '127.0.0.1',
     port,
     method: 'DELETE',
-    path: ordersPath(),
+    path,
     agent: false,
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }
   })
@@ -151,4 +155,112 @@ t.test('SIGTERM with a connection open that has sent nothing: it is closed with 
   t.ok(Date.now() - signalledAt < 10_000, `within seconds, not the shutdown bound (${Date.now() - signalledAt} ms)`)
   await closedByServer
   t.pass('the spare connection was closed')
+})
+
+/** The server as `npm start` runs it on a laptop (no DATABASE_URL, no NODE_ENV), in a project copy; `detached`: in a process group of its own. */
+async function startedOnEmbedded (t: Test, { detached = false } = {}) {
+  const { args, clusterDir } = await projectCopy(t)
+  const child = endsWithTest(spawn(process.execPath, args, {
+    env: {
+      PATH: process.env.PATH,
+      HOST: '127.0.0.1',
+      PORT: '0',
+      EMBEDDED_POSTGRES_PORT: String(await freePort()),
+      SHUTDOWN_DELAY_MS: '1500',
+      MAX_EVENT_LOOP_DELAY_MS: '0'
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached
+  }))
+  t.teardown(() => { child.kill('SIGKILL') })
+  let output = ''
+  child.stdout!.on('data', (chunk) => { output += chunk })
+  child.stderr!.on('data', (chunk) => { output += chunk })
+  const port = await listening(child, () => output, 120_000)
+  await until('the demo token is printed', () => /export TOKEN=(\S+)/.test(output), 10_000)
+  const token = /export TOKEN=(\S+)/.exec(output)![1]
+  return { child, port, token, clusterDir, output: () => output }
+}
+
+t.test('npm start on the embedded PostgreSQL: SIGTERM drains as with DATABASE_URL, then PostgreSQL stops, exit 0', async (t) => {
+  const { child, port, token, clusterDir, output } = await startedOnEmbedded(t)
+  const postgres = postmasterPid(clusterDir)
+  t.ok(postgres !== undefined && running(postgres), 'the embedded PostgreSQL runs')
+  t.equal(await get(port, '/readyz'), 200, 'ready')
+
+  // In flight across the whole drain: the demo grants billing-app perm_read_orders on orders-api.
+  const slow = slowDelete(port, token, 'perm_read_orders', ordersPath('billing-app'))
+  child.kill('SIGTERM')
+  const signalledAt = Date.now()
+  let readiness: number | string = 200
+  while (readiness === 200 && Date.now() - signalledAt < 5_000) {
+    readiness = await get(port, '/readyz')
+    if (readiness === 200) await sleep(20)
+  }
+  t.equal(readiness, 503, 'readiness fails right after SIGTERM', { output: output().slice(-2000) })
+  await until('the listener closed', async () => (await get(port, '/healthz')) === 'ECONNREFUSED', 10_000)
+  t.equal(child.exitCode, null, 'still running while a request is in flight')
+  t.ok(running(postgres!), 'PostgreSQL still runs while a request is in flight')
+  slow.sendRest()
+  t.equal(await slow.status, 204, 'the request in flight completes')
+  const [code] = child.exitCode !== null ? [child.exitCode] : await once(child, 'exit')
+  t.equal(code, 0, 'exit code 0', { output: output().slice(-2000) })
+  t.notOk(running(postgres!), 'PostgreSQL is gone')
+  t.notOk(existsSync(join(clusterDir, 'postmaster.pid')), 'stopped cleanly: no postmaster.pid left')
+})
+
+t.test('npm start on the embedded PostgreSQL, Ctrl-C at its terminal (SIGINT to PostgreSQL too): exit 0 within seconds, PostgreSQL gone', async (t) => {
+  // A terminal sends SIGINT to its foreground process group: node and the PostgreSQL it spawned.
+  const { child, clusterDir, output } = await startedOnEmbedded(t, { detached: true })
+  const postgres = postmasterPid(clusterDir)
+  t.ok(postgres !== undefined && running(postgres), 'the embedded PostgreSQL runs')
+  process.kill(-child.pid!, 'SIGINT')
+  const signalledAt = Date.now()
+  const [code] = await once(child, 'exit')
+  t.equal(code, 0, 'exit code 0', { output: output().slice(-2000) })
+  t.ok(Date.now() - signalledAt < 8_000, `within SHUTDOWN_DELAY_MS and seconds, not SHUTDOWN_TIMEOUT_MS (${Date.now() - signalledAt} ms)`)
+  t.notOk(running(postgres!), 'PostgreSQL is gone')
+})
+
+/** A server that accepts connections and never answers: a database still starting, as seen from a client. */
+async function silentServer (t: Test): Promise<{ port: number, connected: Promise<unknown> }> {
+  const sockets: Socket[] = []
+  const server = createServer((socket) => { sockets.push(socket) })
+  const connected = once(server, 'connection')
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => {
+    for (const socket of sockets) socket.destroy()
+    server.close()
+  })
+  return { port: (server.address() as { port: number }).port, connected }
+}
+
+t.test('SIGTERM while starting, waiting for the database, to node as PID 1 (a container\'s): exit 0 at once', async (t) => {
+  const database = await silentServer(t)
+  // node as PID 1 of a PID namespace of its own, as in a container: a signal it has no handler for
+  // is ignored there. Elsewhere, as a plain process (the default action would kill it instead).
+  const asInit = spawnSync('unshare', ['--user', '--map-root-user', '--pid', '--fork', 'true']).status === 0
+  if (!asInit) t.comment('no PID namespace can be made here: node runs as a plain process')
+  const [command, args] = asInit
+    ? ['unshare', ['--user', '--map-root-user', '--pid', '--fork', serverProcess.command, ...serverProcess.args]]
+    : [serverProcess.command, serverProcess.args]
+  const child = endsWithTest(spawn(command, args, {
+    env: { ...productionServerEnv(`postgres://u:p@127.0.0.1:${database.port}/db`), MIGRATIONS_CONNECTION_WAIT_MS: '60000' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  }))
+  t.teardown(() => { child.kill('SIGKILL') })
+  let output = ''
+  child.stdout!.on('data', (chunk) => { output += chunk })
+  child.stderr!.on('data', (chunk) => { output += chunk })
+  const exited = once(child, 'exit')
+  await database.connected
+  // The start waits in its migrations' connection; unshare's child is node.
+  const server = asInit ? Number(readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').trim().split(' ')[0]) : child.pid!
+  process.kill(server, 'SIGTERM')
+  const signalledAt = Date.now()
+  const [code, signal] = await Promise.race([exited, sleep(10_000, undefined, { ref: false }).then(() => ['still running', null])])
+  t.same([code, signal], [0, null], 'exit 0, not killed', { output: output.slice(-2000) })
+  t.ok(Date.now() - signalledAt < 3_000, `promptly (${Date.now() - signalledAt} ms)`)
+  t.match(output, /SIGTERM while starting/, 'says why it stopped')
 })
