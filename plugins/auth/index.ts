@@ -51,6 +51,9 @@ export function tokenAcceptedUntil (request: FastifyRequest): number {
   return typeof exp === 'number' ? exp * 1000 + CLOCK_TOLERANCE_MS : Infinity
 }
 
+// The claims that hold a NumericDate (RFC 7519 §4.1.4-6).
+const NUMERIC_DATE_CLAIMS = ['exp', 'nbf', 'iat'] as const
+
 const TOKEN_CACHE_SIZE = 1000
 const TOKEN_CACHE_TTL_MS = 60_000
 // A longer token is verified every time rather than kept by its text (the headers may hold 128 KiB: maxHeaderSize in src/app.ts).
@@ -207,13 +210,17 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
       if (error instanceof KeySetUnavailable) throw problems.keysUnavailable()
       throw problems.invalidToken(invalidTokenDescription(error))
     }
+    // A NumericDate is a finite number (RFC 7519 §2). fast-jwt checks exp and nbf are numbers, not
+    // that they are finite: `"exp": 1e400` is parsed as Infinity, a token that never expires.
+    for (const claim of NUMERIC_DATE_CLAIMS) {
+      if (claims[claim] !== undefined && !Number.isFinite(claims[claim])) throw problems.invalidToken('The access token is invalid')
+    }
     // fast-jwt checks exp and nbf but not iat: a token issued in the future is not believable.
-    if (claims.iat !== undefined) {
-      if (typeof claims.iat !== 'number') throw problems.invalidToken('The access token is invalid')
-      if (claims.iat * 1000 > now + CLOCK_TOLERANCE_MS) throw problems.invalidToken('The access token was issued in the future')
+    if (claims.iat !== undefined && (claims.iat as number) * 1000 > now + CLOCK_TOLERANCE_MS) {
+      throw problems.invalidToken('The access token was issued in the future')
     }
     // A leaked token is good for its whole lifetime. Without iat it is counted from now, on this
-    // service's clock: hence the same tolerance as exp and nbf get. fast-jwt checked exp is a number.
+    // service's clock: hence the same tolerance as exp and nbf get. exp is a finite number (above).
     if (maxLifetimeS !== undefined) {
       const issuedAtMs = typeof claims.iat === 'number' ? claims.iat * 1000 : now
       if ((claims.exp as number) * 1000 - issuedAtMs > maxLifetimeS * 1000 + CLOCK_TOLERANCE_MS) {

@@ -487,6 +487,23 @@ t.test('a token issued in the future (beyond the clock skew) or with a non-numer
   t.equal((await get(bearer(token({ scope: 'read:resource', iat: now() + 10 })))).status, 200, 'iat 10 s ahead: within the skew')
 })
 
+t.test('a NumericDate that is not finite (exp, nbf or iat of 1e400, parsed as Infinity) → 401 invalid_token', async (t) => {
+  // RFC 7519 §2: a NumericDate is a number of seconds; 1e400 is none, and an exp of it never expires.
+  const withText = (claims: string) => craftedToken({ alg: 'HS256', typ: 'JWT' }, `{"scope":"read:resource",${claims}}`, TEST_SECRET)
+  const exp = `"exp":${inOneMinute()}`
+  for (const claims of ['"exp":1e400', '"exp":-1e400', `${exp},"nbf":-1e400`, `${exp},"nbf":1e400`, `${exp},"iat":-1e400`, `${exp},"iat":1e400`]) {
+    isInvalidToken(t, await get(bearer(withText(claims))), claims, 'The access token is invalid')
+  }
+  // The same claims, finite (a fraction of a second too), are fine.
+  for (const claims of [exp, `"exp":${inOneMinute()}.5`, `${exp},"nbf":${now() - 10}.25,"iat":${now() - 10}.25`, `${exp},"nbf":-1e300,"iat":-1e300`]) {
+    t.equal((await get(bearer(withText(claims)))).status, 200, claims)
+  }
+  // Under a lifetime cap too (exp − iat = Infinity was refused there, as living too long).
+  const capped = await build(t, { JWT_MAX_LIFETIME_S: '3600' })
+  await capped.seed(ordersFixture())
+  isInvalidToken(t, await get(bearer(withText('"exp":1e400')), '', capped), 'capped, exp 1e400', 'The access token is invalid')
+})
+
 t.test('a 100 KB token reaches authentication and gets a Bearer challenge, not a bare 431', async (t) => {
   const padding = 'x'.repeat(75_000) // about 100 KB once base64url-encoded
   const huge = token({ scope: 'read:resource', padding })
