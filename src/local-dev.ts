@@ -92,3 +92,24 @@ export function signToken (config: Config, scope: string, expiresInSeconds: numb
   // `permissions` is an array of scopes (Auth0); `scope` and `scp` a space-separated string.
   return sign({ sub: 'local-developer', [claim]: claim === 'permissions' ? scope.split(' ').filter(Boolean) : scope })
 }
+
+/** How long `npm start`'s demo token lives: half a day of trying things by hand. */
+const DEMO_TOKEN_LIFETIME_S = 12 * 3600
+
+/**
+ * `npm start`'s demo token: every scope, and how long it lives (seconds): half a day, or
+ * JWT_MAX_LIFETIME_S when shorter, since the service refuses a token living longer (as
+ * scripts/token.ts bounds its default).
+ */
+export function demoToken (config: Config): { token: string, scope: string, lifetimeS: number } {
+  const scope = everyScope.join(' ')
+  const lifetimeS = Math.min(DEMO_TOKEN_LIFETIME_S, config.JWT_MAX_LIFETIME_S ?? Infinity)
+  return { token: signToken(config, scope, lifetimeS), scope, lifetimeS }
+}
+
+/** A lifetime as people say it: `12 h`, `10 min`, `90 s`. */
+export function lifetimeText (seconds: number): string {
+  if (seconds % 3600 === 0) return `${seconds / 3600} h`
+  if (seconds % 60 === 0) return `${seconds / 60} min`
+  return `${seconds} s`
+}

@@ -15,7 +15,7 @@ import { DEMO_SEED_ACTOR, seedDatabase, type SeedData } from '../db/seed.js'
 import app, { serverOptions } from './app.js'
 import { jwtKeyOf } from '../plugins/auth/key.js'
 import { type Config, hasJwtKey, isProduction, loadStartupConfig } from './config.js'
-import { everyScope, openLocalDatabase, signToken, withLocalDefaults } from './local-dev.js'
+import { demoToken, lifetimeText, openLocalDatabase, withLocalDefaults } from './local-dev.js'
 import { projectRoot } from './project-root.js'
 import type { Starting } from './start-signals.js'
 import type { Tracing } from './tracing.js'
@@ -140,11 +140,10 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
     const lines = ['', `Swagger UI:  ${base}/docs`, `OpenAPI:     ${base}/openapi.json`]
     if (demoLoaded) lines.push('', demoLoaded)
     if (usingLocalSecret) {
-      const scope = everyScope.join(' ')
-      const token = signToken(config, scope, 12 * 3600)
+      const { token, scope, lifetimeS } = demoToken(config)
       lines.push(
         '',
-        `Demo token (12 h; ${scope}), signed with this machine's secret in .data/dev-jwt-secret;`,
+        `Demo token (${lifetimeText(lifetimeS)}; ${scope}), signed with this machine's secret in .data/dev-jwt-secret;`,
         '`npm run -s token` makes another. Elsewhere tokens come from the identity provider the service trusts.',
         'Paste it into "Authorize" in Swagger UI, or:',
         '',
