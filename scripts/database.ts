@@ -9,7 +9,12 @@ import { openLocalDatabase } from '../src/local-dev.js'
 
 export async function withDatabase (work: (database: CommandDatabase) => Promise<void>): Promise<void> {
   const config = loadConfig()
-  const on = (url: string) => work({ url, migrationsUrl: config.MIGRATIONS_DATABASE_URL ?? url, connectionWaitMs: config.MIGRATIONS_CONNECTION_WAIT_MS })
+  const on = (url: string) => work({
+    url,
+    migrationsUrl: config.MIGRATIONS_DATABASE_URL ?? url,
+    connectionWaitMs: config.MIGRATIONS_CONNECTION_WAIT_MS,
+    pooled: config.DATABASE_POOLER === 'transaction'
+  })
   if (config.DATABASE_URL) return on(config.DATABASE_URL)
   if (isProduction(config)) throw new Error('DATABASE_URL is required in production')
   const database = await openLocalDatabase({ port: config.EMBEDDED_POSTGRES_PORT, takeOver: false })
@@ -20,9 +25,23 @@ export async function withDatabase (work: (database: CommandDatabase) => Promise
   }
 }
 
-/** A pool of one connection to `url`, which gives up on a connection after the command's wait. */
-export function commandPool (url: string, { connectionWaitMs }: Pick<CommandDatabase, 'connectionWaitMs'>): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: connectionWaitMs })
+/**
+ * A pool of one connection to `url`, which gives up on a connection after the command's wait, and
+ * on a lock another session holds after as long (lock_timeout, SQLSTATE 55P03). The statements
+ * themselves are not bounded: a prune of much history, a large seed or a migration rewriting a
+ * table may rightly take long, and no other session waits on them while they work. Behind a
+ * transaction pooler (DATABASE_POOLER=transaction) nothing is sent with DATABASE_URL's connections
+ * (PgBouncer refuses startup parameters): lock_timeout then belongs on the role, as
+ * statement_timeout does (docs/operations.md, PgBouncer). MIGRATIONS_DATABASE_URL is direct.
+ */
+export function commandPool (url: string, { connectionWaitMs, url: databaseUrl, pooled }: Omit<CommandDatabase, 'migrationsUrl'>): pg.Pool {
+  const sendsSettings = !pooled || url !== databaseUrl
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: 1,
+    connectionTimeoutMillis: connectionWaitMs,
+    ...(sendsSettings ? { options: `-c lock_timeout=${connectionWaitMs}` } : {})
+  })
   // A connection lost while idle fails the next query, which says so; unhandled it would end the process.
   pool.on('error', () => {})
   return pool
@@ -37,5 +56,17 @@ export function failureOf (error: unknown): string {
   const { message, code } = error as { message?: string, code?: string }
   const said = message || code || String(error)
   if (isDatabaseUnavailable(error) || /timeout expired|timeout exceeded when trying to connect/i.test(said)) return `the database cannot be reached (${said})`
+  const lockWait = lockWaitExpired(error)
+  if (lockWait) return `another session holds a lock it needs, for longer than MIGRATIONS_CONNECTION_WAIT_MS: try again once it is released (${lockWait.message})`
   return said
 }
+
+/** The lock_timeout that ended a statement (55P03), also where postgres-migrations wrapped it as a cause. */
+function lockWaitExpired (error: unknown): Error | undefined {
+  for (let cause = error; cause instanceof Error; cause = cause.cause) {
+    if ((cause as { code?: string }).code === LOCK_NOT_AVAILABLE) return cause
+  }
+  return undefined
+}
+// SQLSTATE lock_not_available: lock_timeout expired (or a NOWAIT lock was not free).
+const LOCK_NOT_AVAILABLE = '55P03'

@@ -21,8 +21,14 @@ export interface CommandDatabase {
   url: string
   /** Where migrations run: MIGRATIONS_DATABASE_URL (a direct connection, past a transaction pooler), else url. */
   migrationsUrl: string
-  /** How long a connection may take (MIGRATIONS_CONNECTION_WAIT_MS): a server that never answers fails the command, not hangs it. */
+  /**
+   * How long a connection may take, and a statement wait for a lock another session holds
+   * (MIGRATIONS_CONNECTION_WAIT_MS): a server that never answers, or a lock never released, fails
+   * the command rather than hangs it.
+   */
   connectionWaitMs: number
+  /** `url` is a transaction pooler (DATABASE_POOLER=transaction): nothing may be sent with its connections. */
+  pooled: boolean
 }
 
 /** What a database command says, and the database it works on. */

@@ -49,7 +49,8 @@ const schema = {
     // Where migrations run, when DATABASE_URL goes through PgBouncer in transaction mode: the
     // migration lock is a session lock, so it needs a direct connection. Defaults to DATABASE_URL.
     MIGRATIONS_DATABASE_URL: { type: 'string', pattern: '^postgres(ql)?://' },
-    // How long the start waits for the migrations' connection before it gives up (exit 1).
+    // How long the start waits for the migrations' connection before it gives up (exit 1); the db:
+    // commands wait as long for each connection, and for each lock another session holds.
     MIGRATIONS_CONNECTION_WAIT_MS: { type: 'integer', minimum: 1, maximum: 600000, default: 5000 },
     // RFC 7518 §3.2: an HS256 key must be at least as long as the hash (256 bits).
     JWT_SECRET: { type: 'string', minLength: 32 },

@@ -21,15 +21,16 @@ interface Run { code: number | null, stdout: string, stderr: string }
  * Runs scripts/SCRIPT with DATABASE_URL; resolves with the exit code and output, whatever the code.
  * Run by node as the system tests start the server (support/node-args.ts): one process, where tsx's CLI is two.
  */
-function cli (script: string, args: string[], databaseUrl: string, env: Record<string, string> = {}): Promise<Run> {
+function cli (script: string, args: string[], databaseUrl: string, env: Record<string, string> = {}, timeoutMs = 60_000): Promise<Run> {
   return new Promise((resolve, reject) => {
     execFile(process.execPath, [...nodeArgsOf(`scripts/${script}`), ...args], {
       cwd: projectRoot,
       env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl, ...env },
-      timeout: 60_000
+      timeout: timeoutMs
     }, (error, stdout, stderr) => {
-      if (error && typeof error.code !== 'number') return reject(error)
-      resolve({ code: error ? error.code as number : 0, stdout, stderr })
+      // Killed at the timeout: the code is null.
+      if (error && typeof error.code !== 'number' && !error.killed) return reject(error)
+      resolve({ code: error ? (error.killed ? null : error.code as number) : 0, stdout, stderr })
     })
   })
 }
@@ -168,6 +169,41 @@ t.test('a database that cannot be reached, or never answers: one line saying so,
     t.ok(stderr.startsWith(says), `${name}: ${stderr}`)
     t.equal(stderr.trimEnd().split('\n').length, 1, `${name}: one line`)
   }
+})
+
+t.test('a statement waiting on a lock another session holds: one line saying so, exit 1, within MIGRATIONS_CONNECTION_WAIT_MS, not a hang', async (t) => {
+  const url = await createTestDatabase(t)
+  t.equal((await cli('db-migrate.ts', [], url)).code, 0, 'migrated')
+  const file = join(t.testdir({ 'seed.json': JSON.stringify(validDocument) }), 'seed.json')
+  const holder = new pg.Client({ connectionString: url })
+  await holder.connect()
+  t.teardown(() => holder.end())
+  const env = { MIGRATIONS_CONNECTION_WAIT_MS: '500' }
+  const cases = [
+    // The migrations read the table of those applied; db:seed migrates first.
+    { table: 'migrations', script: 'db-migrate.ts', args: [], says: 'The migrations were not applied: ' },
+    { table: 'migrations', script: 'db-seed.ts', args: [file], says: `Nothing was loaded. ${file}: ` },
+    // The load itself, once migrated.
+    { table: 'resources', script: 'db-seed.ts', args: [file], says: `Nothing was loaded. ${file}: ` },
+    { table: 'permission_changes', script: 'db-prune-changes.ts', args: ['--older-than', '30'], says: 'Nothing was pruned: ' }
+  ]
+  for (const { table, script, args, says } of cases) {
+    const name = `${script}, ${table} locked`
+    await holder.query(`BEGIN; LOCK TABLE ${table} IN ACCESS EXCLUSIVE MODE`)
+    const started = Date.now()
+    const { code, stdout, stderr } = await cli(script, args, url, env, 20_000)
+    await holder.query('ROLLBACK')
+    t.equal(code, 1, `${name}: ${stderr}`)
+    t.equal(stdout, '', name)
+    t.equal(stderr, `${says}another session holds a lock it needs, for longer than MIGRATIONS_CONNECTION_WAIT_MS: try again once it is released (canceling statement due to lock timeout)\n`, name)
+    t.ok(Date.now() - started < 15_000, `${name}: ${Date.now() - started} ms`)
+  }
+  t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'nothing loaded')
+  // Without the lock the same commands go through.
+  const seeded = await cli('db-seed.ts', [file], url, env)
+  t.equal(seeded.code, 0, seeded.stderr)
+  const pruned = await cli('db-prune-changes.ts', ['--older-than', '30'], url, env)
+  t.equal(pruned.code, 0, pruned.stderr)
 })
 
 t.test('db:migrate and db:seed migrate through MIGRATIONS_DATABASE_URL when it is set, as the service does', async (t) => {
