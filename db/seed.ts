@@ -147,11 +147,14 @@ export async function seedDatabase (pool: pg.Pool, data: SeedData, { recordAs }:
       }
       counts.permissions++
     }
+    // An authorization listed twice is one, its grants merged: counted once.
+    const authorizations = new Set<string>()
     for (const [index, { resource_id: resourceId, client_id: clientId, permission_ids: ids = [] }] of (data.authorizations ?? []).entries()) {
       const where = `authorizations[${index}] (resource "${resourceId}", client "${clientId}")`
       counts.grants += await step(where, () => authorizeClient(client, resourceId, clientId, ids, recordAs))
-      counts.authorizations++
+      authorizations.add(JSON.stringify([resourceId, clientId]))
     }
+    counts.authorizations = authorizations.size
     await client.query('COMMIT')
     return counts
   } catch (error) {

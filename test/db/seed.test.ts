@@ -4,7 +4,7 @@
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
-import { assertSeedData, SeedError, seedDatabase } from '../../db/seed.js'
+import { assertSeedData, SeedError, type SeedData, seedDatabase } from '../../db/seed.js'
 import { migrationsDir } from '../../src/project-root.js'
 import { createTestDatabase, rowCounts, type RowCounts, serviceTables } from '../support/database.js'
 import { seedingFixture } from '../support/fixtures.js'
@@ -226,4 +226,22 @@ t.test('an id listed twice (a resource, a client, a permission) is refused, nami
     t.ok(error?.message.includes(says), `${says}: ${error?.message}`)
     t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'nothing loaded')
   }
+})
+
+t.test('an authorization listed twice is merged: its grants are the union, and it is counted once', async (t) => {
+  const { url, pool } = await migratedPool(t)
+  const document: SeedData = {
+    ...seedingFixture(),
+    authorizations: [
+      { resource_id: 'orders-api', client_id: 'billing-app', permission_ids: ['p_read_orders'] },
+      { resource_id: 'reports-api', client_id: 'billing-app', permission_ids: ['p_read_reports'] },
+      // The same pair again, with one grant already listed and one new; then a third time, with none.
+      { resource_id: 'orders-api', client_id: 'billing-app', permission_ids: ['p_read_orders', 'p_create_orders'] },
+      { resource_id: 'orders-api', client_id: 'billing-app' }
+    ]
+  }
+  assertSeedData(document)
+  t.same(await seedDatabase(pool, document), { resources: 2, clients: 2, permissions: 3, authorizations: 2, grants: 3 })
+  t.same(await rowCounts(url), { resources: 2, clients: 2, permissions: 3, authorizations: 2, grants: 3 })
+  t.same(await seedDatabase(pool, document), { resources: 2, clients: 2, permissions: 3, authorizations: 2, grants: 0 }, 'again: nothing new')
 })
