@@ -25,11 +25,13 @@ export function ordersFixture (): SeedData {
 
 /**
  * shelf-api with 40 permissions whose ids, names and descriptions each sort differently: every
- * fourth has no description, the others share six texts (the empty one included), so every
- * description order has ties for its second key to break. shelf-app holds 37 of them.
+ * fourth has no description, the others share eight texts (the empty one included, and U+1F600
+ * with U+FFFF, which byte and UTF-16 order put the other way round), so every description order
+ * has ties for its second key to break. shelf-app holds 37 of them.
  */
 export function shelfFixture (): SeedData {
-  const texts = ['beta', '', 'Beta', 'é', 'alpha', 'beta ']
+  // U+1F600 is after U+FFFF in byte (UTF-8) order, the service's, and before it in UTF-16 order, JavaScript's.
+  const texts = ['beta', '', 'Beta', 'é', 'alpha', 'beta ', '\u{1F600}', '\uFFFF']
   const permissions = Array.from({ length: 40 }, (_, i) => ({
     id: `s_${String(i).padStart(2, '0')}`,
     resource_id: 'shelf-api',
@@ -86,7 +88,9 @@ export function compareListed (a: ListedPermission, b: ListedPermission, keys: S
     const x = a[property]
     const y = b[property]
     if (x === y) continue
-    const ascending = x === undefined ? 1 : y === undefined ? -1 : x < y ? -1 : 1
+    // Byte order of UTF-8, as the "C" collation orders (db/migrations/0001): JavaScript's < compares
+    // UTF-16 code units, which put U+10000 and above (surrogates) before U+E000-U+FFFF.
+    const ascending = x === undefined ? 1 : y === undefined ? -1 : Buffer.compare(Buffer.from(x), Buffer.from(y))
     return direction === 'asc' ? ascending : -ascending
   }
   return 0
