@@ -261,6 +261,6 @@ t.test('SIGTERM while starting, waiting for the database, to node as PID 1 (a co
   const signalledAt = Date.now()
   const [code, signal] = await Promise.race([exited, sleep(10_000, undefined, { ref: false }).then(() => ['still running', null])])
   t.same([code, signal], [0, null], 'exit 0, not killed', { output: output.slice(-2000) })
-  t.ok(Date.now() - signalledAt < 3_000, `promptly (${Date.now() - signalledAt} ms)`)
+  t.ok(Date.now() - signalledAt < 8_000, `before the 10 s a start waits for its plugins (${Date.now() - signalledAt} ms)`)
   t.match(output, /SIGTERM while starting/, 'says why it stopped')
 })
