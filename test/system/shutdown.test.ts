@@ -94,12 +94,7 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
 
   child.kill('SIGTERM')
   const signalledAt = Date.now()
-  let readiness: number | string = 200
-  while (readiness === 200 && Date.now() - signalledAt < 5_000) {
-    readiness = await get(port, '/readyz')
-    if (readiness === 200) await sleep(20)
-  }
-  t.equal(readiness, 503, 'readiness fails right after SIGTERM')
+  t.equal(await readinessAfterSignal(port), 503, 'readiness fails right after SIGTERM')
   gateway.stopped = true
   await Promise.all(workers)
 
@@ -116,6 +111,17 @@ t.test('SIGTERM under load: readiness fails, in-flight requests complete, new co
   t.ok(beforeSignal > 16, `load was running (${beforeSignal} requests before SIGTERM)`)
   t.same(results.filter((result) => result !== 200), [], `every request of the load was served (${results.length})`)
 })
+
+/** /readyz's answer once it stops being 200, or 200 still after 5 s. */
+async function readinessAfterSignal (port: number): Promise<number | string> {
+  const since = Date.now()
+  let readiness: number | string = 200
+  while (readiness === 200 && Date.now() - since < 5_000) {
+    readiness = await get(port, '/readyz')
+    if (readiness === 200) await sleep(20)
+  }
+  return readiness
+}
 
 /** A DELETE that sends its headers and half its body now, and the rest when told. */
 function slowDelete (port: number, token: string, id: string, path = ordersPath()) {
@@ -191,13 +197,7 @@ t.test('npm start on the embedded PostgreSQL: SIGTERM drains as with DATABASE_UR
   // In flight across the whole drain: the demo grants billing-app perm_read_orders on orders-api.
   const slow = slowDelete(port, token, 'perm_read_orders', ordersPath('billing-app'))
   child.kill('SIGTERM')
-  const signalledAt = Date.now()
-  let readiness: number | string = 200
-  while (readiness === 200 && Date.now() - signalledAt < 5_000) {
-    readiness = await get(port, '/readyz')
-    if (readiness === 200) await sleep(20)
-  }
-  t.equal(readiness, 503, 'readiness fails right after SIGTERM', { output: output().slice(-2000) })
+  t.equal(await readinessAfterSignal(port), 503, 'readiness fails right after SIGTERM', { output: output().slice(-2000) })
   await until('the listener closed', async () => (await get(port, '/healthz')) === 'ECONNREFUSED', 10_000)
   t.equal(child.exitCode, null, 'still running while a request is in flight')
   t.ok(running(postgres!), 'PostgreSQL still runs while a request is in flight')
