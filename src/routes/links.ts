@@ -4,21 +4,39 @@ import type { FastifyRequest } from 'fastify'
 
 export interface PageRequest { limit: number, page: number, sortBy: string, total: number }
 
-// A Host header is the client's to choose: only an RFC 3986 host[:port] goes into a link (none of
-// its characters can end a link's <...>) and only one a URL parser takes (WHATWG URL, as browsers
-// and fetch read a link): the pattern alone lets through a bare %, brackets around no IPv6
-// address and ports past 65535, which make a link no client can follow. Anything else gets
-// path-only links.
-const plainHost = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=%]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/
+// A Host header is the client's to choose: only a plain host[:port] goes into a link, a name of
+// letters, digits, - and _ in dot-separated labels (a trailing dot allowed), or a bracketed IPv6
+// address. RFC 3986 lets a host hold more (sub-delims such as , and ;, percent-encoding), but a
+// comma or semicolon inside <...> breaks a Link header for a reader that splits on them, and a
+// percent-encoded name is another name once decoded. It must also be one a URL parser takes
+// (WHATWG URL, as browsers and fetch read a link): the pattern alone lets through brackets around
+// no IPv6 address, IPv4 parts past 255 and ports past 65535. Anything else gets path-only links.
+const plainHost = /^(?:[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/
 const linkableHost = (host: string) => plainHost.test(host) && URL.canParse(`http://${host}/`)
 
 // Behind a trusted proxy the scheme is the last X-Forwarded-Proto entry, as the client sent it when
 // the gateway appends rather than replaces: only http and https are schemes of this service.
 const webScheme = /^https?$/i
 
+// An absolute-form request target (RFC 9112 §3.2.2): its authority, not the Host header, names the
+// host. The router takes such a target only when a URL parser reads it (else 400).
+const absoluteForm = /^https?:\/\/([^/?#]*)/i
+
+/**
+ * The host the request was sent to: a trusted proxy's X-Forwarded-Host (Fastify's request.host
+ * then), else the authority of an absolute-form target, else the Host header.
+ */
+function hostOf (request: FastifyRequest): string {
+  const { host } = request
+  const forwarded = host !== (request.headers.host ?? '')
+  const target = forwarded ? null : absoluteForm.exec(request.raw.url ?? '')
+  return target ? target[1] : host
+}
+
 /** A path of this service, absolute when the request's scheme and host are sane. */
 export function siteUrl (request: FastifyRequest, path: string): string {
-  const { protocol, host } = request
+  const { protocol } = request
+  const host = hostOf(request)
   return webScheme.test(protocol) && linkableHost(host) ? `${protocol.toLowerCase()}://${host}${path}` : path
 }
 

@@ -283,11 +283,25 @@ t.test('a Host that is no URL\'s host (a bare %, brackets around no IPv6 address
     t.equal(res.status, 200, host)
     t.match(res.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/, host)
   }
-  for (const host of ['a%41.example', 'api.example:65535', '[2001:db8::1]:8443', '[::ffff:127.0.0.1]']) {
+  for (const host of ['api.example:65535', '[2001:db8::1]:8443', '[::ffff:127.0.0.1]', 'API.Example.COM.', 'client_permissions']) {
     const res = await rawGet(ordersPath() + '?limit=2', { host })
     const first = /^<([^>]+)>; rel="first"/.exec(res.link)![1]
     t.ok(URL.canParse(first), `${host}: ${first}`)
     t.ok(first.startsWith(`http://${host}/`), host)
+  }
+})
+
+t.test('a Host that is no plain name (a comma, a semicolon, other sub-delims, percent-encoding, userinfo, a zone id, non-ASCII) gets path-only links', async (t) => {
+  // RFC 3986 lets a reg-name hold these and a URL parser takes them, but a Link header read by a
+  // naive splitter (on "," or ";") would come apart at them, and a percent-encoded name is another
+  // name once decoded: none is the plain host[:port] a link may carry.
+  const hosts = ['a,b', 'api.example,evil.example', 'a;rel=next', 'a=b', "a'b", 'a(b)', 'a*b', 'a!b', 'a$b', 'a&b', 'a+b', 'a~b',
+    'a%41.example', '%65vil.example', 'a@evil.example', 'a\\evil', '[fe80::1%25eth0]', 'b\u00fccher.example', 'a:', 'a:80:80', '.', 'a..b']
+  for (const host of hosts) {
+    const res = await rawGet(ordersPath() + '?limit=2', { host })
+    t.equal(res.status, 200, host)
+    t.match(res.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/, host)
+    t.equal(res.link.split(',').length, 3, `${host}: first, next and last, as many pieces as a naive splitter finds`)
   }
 })
 
@@ -312,11 +326,29 @@ t.test('behind a trusted proxy, Link URLs take X-Forwarded-Proto only when it is
   t.match(untrusted.link, /^<http:\/\/localhost:3000\//, 'without TRUST_PROXY the forwarded headers are ignored')
 })
 
-t.test('Link URLs are rebuilt from the ids: nothing of the raw request line is copied', async (t) => {
-  const absoluteForm = await rawGet(`http://evil.example${ordersPath()}`, { host: '127.0.0.1' })
+t.test('an absolute-form request target names the host: the Host header is ignored (RFC 9112 §3.2.2), and a hostile authority gives path-only links', async (t) => {
+  // A cache or proxy in front that keys on the target's authority would otherwise keep, under
+  // http://api.example.com/..., links to the host a client put in Host.
+  const absoluteForm = await rawGet(`http://api.example.com:8080${ordersPath()}`, { host: 'evil.example' })
   t.equal(absoluteForm.status, 200)
-  t.match(absoluteForm.link, /^<http:\/\/127\.0\.0\.1\/resources\/orders-api\//)
+  t.match(absoluteForm.link, /^<http:\/\/api\.example\.com:8080\/resources\/orders-api\//)
   t.notMatch(absoluteForm.link, /evil/)
+  for (const authority of ['a@evil.example', 'evil.example,api.example.com', 'evil.example;x']) {
+    const res = await rawGet(`http://${authority}${ordersPath()}`, { host: 'evil.example' })
+    t.equal(res.status, 200, authority)
+    t.match(res.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/, `${authority}: path-only, not the Host header`)
+  }
+  // A target no URL parser reads is refused by the router (400), with no links.
+  for (const authority of ['api.example.com:99999', '[zz]', '']) {
+    const res = await rawGet(`http://${authority}${ordersPath()}`, { host: 'evil.example' })
+    t.equal(res.status, 400, authority)
+    t.equal(res.link, 'undefined', authority)
+  }
+  const upper = await rawGet(`HTTP://API.example.com${ordersPath()}`, { host: 'evil.example' })
+  t.match(upper.link, /^<http:\/\/API\.example\.com\/resources\//, 'the scheme in any case; the host as sent')
+})
+
+t.test('Link URLs are rebuilt from the ids: nothing of the raw request line is copied', async (t) => {
   const id = 'a>;rel="x",<b'
   await harness.seed({ resources: [{ id }], authorizations: [{ resource_id: id, client_id: 'app-a', permission_ids: [] }] })
   const res = await list('', ordersPath('app-a', id))
