@@ -252,10 +252,25 @@ const slowSends = Promise.all([
 ])
 
 t.test('Link URLs carry the gateway\'s public host and scheme, whatever the client forges', async (t) => {
-  const page = await send(gatewayPort, 'GET', `${collection}?limit=5`, { headers: { 'x-forwarded-proto': 'javascript', 'x-forwarded-host': 'evil.example' } })
+  const forged = {
+    'x-forwarded-proto': 'javascript',
+    'x-forwarded-host': 'evil.example',
+    forwarded: 'for=192.0.2.1;host=evil.example;proto=https',
+    'x-forwarded-port': '8443',
+    'x-forwarded-prefix': '/evil'
+  }
+  const page = await send(gatewayPort, 'GET', `${collection}?limit=5`, { headers: forged })
   t.equal(page.status, 200)
   t.match(page.headers.link, new RegExp(`^<http://api\\.example\\.test:${gatewayPort}${collection}\\?limit=5&offset=0&sort_by=name\\.asc>; rel="first"`))
-  t.notMatch(page.headers.link, /evil|javascript/)
+  t.notMatch(page.headers.link, /evil|javascript|8443/)
+  // A Host that is a list is no host: the gateway must not pass on a part of it (HAProxy's req.hdr
+  // reads a header as comma-separated values and gives the last) as the public host.
+  for (const host of [`api.example.test:${gatewayPort}, evil.example`, 'api.example.test,evil.example:80']) {
+    const listed = await send(gatewayPort, 'GET', `${collection}?limit=5`, { headers: { host } })
+    t.equal(listed.status, 200, host)
+    t.match(listed.headers.link, new RegExp(`^<${collection}\\?limit=5&offset=0&sort_by=name\\.asc>; rel="first"`), `${host}: path-only links`)
+    t.notMatch(listed.headers.link, /evil/, host)
+  }
 })
 
 t.test('the gateway\'s request id is in the response, the problem body, the replica\'s log and the gateway\'s', async (t) => {
