@@ -326,6 +326,24 @@ t.test('behind a trusted proxy, Link URLs take X-Forwarded-Proto only when it is
   t.match(untrusted.link, /^<http:\/\/localhost:3000\//, 'without TRUST_PROXY the forwarded headers are ignored')
 })
 
+t.test('behind a trusted proxy, X-Forwarded-Host is taken only as a plain host[:port], and only from a trusted peer', async (t) => {
+  const proxied = await build(t, { TRUST_PROXY: 'true' })
+  await proxied.seed(ordersFixture())
+  const via = (host: string, baseUrl = proxied.baseUrl) => rawGet(ordersPath() + '?limit=2', { 'x-forwarded-proto': 'https', 'x-forwarded-host': host }, baseUrl)
+  t.match((await via('evil.example, api.example.com')).link, /^<https:\/\/api\.example\.com\//, 'the last (nearest) proxy\'s entry')
+  for (const host of ['a@evil.example', 'evil.example/x', 'evil.example\\x', 'evil.example#', 'evil.example?', '[fe80::1%25eth0]',
+    'api.example.com:99999', 'a%41.example', 'api.example.com, a;rel=next', 'b\u00fccher.example', 'x'.repeat(300) + '>']) {
+    const res = await via(host)
+    t.equal(res.status, 200, host)
+    t.match(res.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/, `${host.slice(0, 40)}: path-only`)
+  }
+  // Trusted addresses that are not this peer's: the forwarded headers are the client's own.
+  const elsewhere = await build(t, { TRUST_PROXY: '10.0.0.1,192.0.2.0/24' })
+  await elsewhere.seed(ordersFixture())
+  const untrusted = await rawGet(ordersPath(), { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'evil.example', 'x-forwarded-for': '10.0.0.1', host: 'api.example.com' }, elsewhere.baseUrl)
+  t.match(untrusted.link, /^<http:\/\/api\.example\.com\//, 'a peer outside TRUST_PROXY: its Host and scheme, never its X-Forwarded-*')
+})
+
 t.test('an absolute-form request target names the host: the Host header is ignored (RFC 9112 §3.2.2), and a hostile authority gives path-only links', async (t) => {
   // A cache or proxy in front that keys on the target's authority would otherwise keep, under
   // http://api.example.com/..., links to the host a client put in Host.
