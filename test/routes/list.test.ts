@@ -305,6 +305,15 @@ t.test('a Host that is no plain name (a comma, a semicolon, other sub-delims, pe
   }
 })
 
+t.test('a Host longer than any DNS name (255) gets path-only links: a client cannot make each Link URL kilobytes long', async (t) => {
+  const longest = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(61)}:65535`
+  t.match((await rawGet(ordersPath() + '?limit=2', { host: longest })).link, `<http://${longest}/`, 'a 253-character name and a port: kept')
+  for (const host of ['a.'.repeat(2000) + 'example', 'x'.repeat(256)]) {
+    const res = await rawGet(ordersPath() + '?limit=2', { host })
+    t.match(res.link, /^<\/resources\/orders-api\/authorized_clients\/app-a\/permissions\?/, `${host.length} characters`)
+  }
+})
+
 t.test('behind a trusted proxy, Link URLs take X-Forwarded-Proto only when it is http or https', async (t) => {
   const proxied = await build(t, { TRUST_PROXY: 'true' })
   await proxied.seed(ordersFixture())
