@@ -64,7 +64,7 @@ t.test('migration 0007 on a database with history: the ids given before are kept
   await record(pool, 3, '2 days')
   const before = (await pool.query('SELECT * FROM permission_changes ORDER BY id')).rows
   t.same(before.map(({ id }) => id), ['1', '2', '3'], 'identity ids before 0007')
-  t.same(await migrateDatabase(pool, migrationsDir), ['0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql', '0012_prune_mark_guarded.sql', '0013_change_times_in_range.sql', '0014_versions_outlive_truncate.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql', '0012_prune_mark_guarded.sql', '0013_change_times_in_range.sql', '0014_versions_outlive_truncate.sql', '0015_prune_mark_below_next_ids.sql'])
   t.same((await pool.query('SELECT * FROM permission_changes ORDER BY id')).rows, before, 'every row, every column, as it was')
   const client = await connection(t, pool)
   await client.query('BEGIN')

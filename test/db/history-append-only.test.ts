@@ -219,6 +219,23 @@ t.test('the prune mark moves only as a prune moves it: never down, never removed
   t.same(await mark(), [kept])
 })
 
+t.test('the prune mark cannot be put above every id issued so far: changes recorded later would all be under it, and every cursor 410 (0015)', async (t) => {
+  const harness = await fresh(t)
+  t.same((await harness.db.query('SELECT id FROM permission_changes')).rows, [], 'no change kept, none under any mark')
+  const { rows: [{ next }] } = await harness.db.query<{ next: string }>(
+    'SELECT (pg_snapshot_xmax(pg_current_snapshot())::text::bigint * 65536)::text AS next')
+  await t.rejects(withPruneFlag(harness.db, 'INSERT INTO permission_changes_pruned (through_id) VALUES (9223372036854775807)'),
+    { code: APPEND_ONLY, message: /above every change recorded so far/ }, 'not to the largest bigint')
+  await t.rejects(withPruneFlag(harness.db, 'INSERT INTO permission_changes_pruned (through_id) VALUES (pg_snapshot_xmax(pg_current_snapshot())::text::bigint * 65536)'),
+    { code: APPEND_ONLY, message: /above every change recorded so far/ }, 'not to the first id of the next transaction to begin')
+  t.same((await harness.db.query('SELECT * FROM permission_changes_pruned')).rows, [], 'no mark')
+  await t.resolves(withPruneFlag(harness.db, 'INSERT INTO permission_changes_pruned (through_id) VALUES ($1)', [BigInt(next) - 1n]),
+    'below them, over ids never used, as docs/append-only-history.md says')
+  t.equal((await harness.request(ordersPath(), { method: 'DELETE', token: writer, json: ['p_read_orders'] })).status, 204)
+  const { rows: [{ recorded }] } = await harness.db.query<{ recorded: string }>('SELECT id::text AS recorded FROM permission_changes')
+  t.ok(BigInt(recorded) > BigInt(next) - 1n, 'a change recorded later is above the mark')
+})
+
 t.test('a prune that leaves the mark where it is passes, though changes committed late sit under it (0012)', async (t) => {
   const harness = await fresh(t)
   // Two transactions open, each with a change numbered now (below what commits after them).
@@ -267,7 +284,7 @@ t.test('migration 0006 on a database with history: the rows stay, and are append
   }
   await recordedAgo(pool, '2 days', 'before-0006')
   await t.resolves(pool.query("UPDATE permission_changes SET actor_sub = 'mallory' WHERE false"), 'before 0006, an UPDATE runs')
-  t.same(await migrateDatabase(pool, migrationsDir), ['0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql', '0012_prune_mark_guarded.sql', '0013_change_times_in_range.sql', '0014_versions_outlive_truncate.sql'])
+  t.same(await migrateDatabase(pool, migrationsDir), ['0006_append_only_history.sql', '0007_change_feed.sql', '0008_grants_described_per_statement.sql', '0009_version_follows_shown_grants.sql', '0010_renames_lock_authorizations_first.sql', '0011_trigger_functions_search_path.sql', '0012_prune_mark_guarded.sql', '0013_change_times_in_range.sql', '0014_versions_outlive_truncate.sql', '0015_prune_mark_below_next_ids.sql'])
   const before = await historyRows(pool)
   t.equal(before.length, 1)
   await t.rejects(pool.query("UPDATE permission_changes SET actor_sub = 'mallory'"), { code: APPEND_ONLY })

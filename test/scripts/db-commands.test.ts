@@ -100,7 +100,7 @@ t.test('db:migrate applies the migrations to a fresh database, then says it is u
   const url = await createTestDatabase(t)
   const first = await cli('db-migrate.ts', [], url)
   t.equal(first.code, 0, first.stderr)
-  t.match(first.stdout, /^Applied: .*0001_create_permissions\.sql.*0002_page_scaling\.sql.*0003_description_on_grant\.sql.*0004_authorization_version\.sql.*0005_permission_changes\.sql.*0006_append_only_history\.sql.*0007_change_feed\.sql.*0008_grants_described_per_statement\.sql.*0009_version_follows_shown_grants\.sql.*0010_renames_lock_authorizations_first\.sql.*0011_trigger_functions_search_path\.sql.*0012_prune_mark_guarded\.sql.*0013_change_times_in_range\.sql.*0014_versions_outlive_truncate\.sql$/m)
+  t.match(first.stdout, /^Applied: .*0001_create_permissions\.sql.*0002_page_scaling\.sql.*0003_description_on_grant\.sql.*0004_authorization_version\.sql.*0005_permission_changes\.sql.*0006_append_only_history\.sql.*0007_change_feed\.sql.*0008_grants_described_per_statement\.sql.*0009_version_follows_shown_grants\.sql.*0010_renames_lock_authorizations_first\.sql.*0011_trigger_functions_search_path\.sql.*0012_prune_mark_guarded\.sql.*0013_change_times_in_range\.sql.*0014_versions_outlive_truncate\.sql.*0015_prune_mark_below_next_ids\.sql$/m)
   t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'the tables exist')
   const again = await cli('db-migrate.ts', [], url)
   t.equal(again.code, 0, again.stderr)
