@@ -84,7 +84,10 @@ export const unauthorizeSql = `
  * of this authorization while this one holds its row FOR UPDATE (authorizationLocks), since every
  * grant's foreign key check locks that row FOR KEY SHARE and waits; an insert caught halfway makes
  * this one wait for it, as ON CONFLICT would. ON CONFLICT's speculative insertion cost about a
- * twentieth of a 500-id grant.
+ * twentieth of a 500-id grant. The permissions granted are read FOR SHARE (the lock the statement's
+ * description check, migration 0008, takes anyway): a rename or a new description under way is
+ * waited for and its row read again, so the grant carries the name committed last. Read without the
+ * lock, a name renamed meanwhile failed the grant's key (MATCH FULL on the name) with 23503, a 500.
  */
 export const grantSql = `
   WITH ${changeContext}, changed AS (
@@ -93,6 +96,7 @@ export const grantSql = `
     FROM permissions p, target, precondition, known, locked
     WHERE ${changeApplies} AND p.resource_id = $1 AND p.id = ANY ($3::text[])
       AND NOT EXISTS (SELECT FROM grants g WHERE g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = p.id)
+    FOR SHARE OF p
     RETURNING permission_id
   )${recordChange('granted')}`
 

@@ -9,7 +9,7 @@ import t, { type Test } from 'tap'
 import { loadScale, RESOURCE_ID } from '../../db/bench-data.js'
 import { explainPreparedTree, type PlanNode } from '../../db/explain.js'
 import { migrateDatabase } from '../../db/migrate.js'
-import { unauthorizeSql } from '../../db/queries/change.js'
+import { grantSql, unauthorizeSql } from '../../db/queries/change.js'
 import { listGrantedPermissions, listGrantedPermissionsSql } from '../../db/queries/list.js'
 import { authorizeClient, upsertClient, upsertPermission, upsertResource } from '../../db/queries/seeding.js'
 import type { SortKey } from '../../db/queries/sort.js'
@@ -468,6 +468,37 @@ t.test('a rename beside a change of the service deadlocks neither (0010): the ch
     service.release()
     admin.release()
   }
+})
+
+t.test('a grant of a permission being renamed waits for the rename, then grants it under its new name (no 23503)', async (t) => {
+  const pool = await migratedPool(t)
+  await pool.query(`
+    INSERT INTO resources (id) VALUES ('rn-api');
+    INSERT INTO clients (id) VALUES ('rn-app');
+    INSERT INTO permissions (id, resource_id, name, description) VALUES ('rn-p', 'rn-api', 'read:old', 'old text');
+    INSERT INTO authorizations (resource_id, client_id) VALUES ('rn-api', 'rn-app')`)
+  const [service, admin] = [await pool.connect(), await pool.connect()]
+  const waitingOrDone = lockWaitOf(pool, new Map([[service, await backendPid(service)], [admin, await backendPid(admin)]]))
+  try {
+    await admin.query("BEGIN; UPDATE permissions SET name = 'read:new', description = 'new text' WHERE id = 'rn-p'")
+    // The service's order (db/queries/change.ts): the authorization locked, then the change statement.
+    await service.query("BEGIN; SELECT FROM authorizations WHERE resource_id = 'rn-api' AND client_id = 'rn-app' FOR UPDATE")
+    const granted = service.query(grantSql, ['rn-api', 'rn-app', ['rn-p'], null, 'admin', null, 'req-rn', null, false])
+    granted.catch(() => {})
+    await waitingOrDone(service, granted)
+    await admin.query('COMMIT')
+    const { rows: [row] } = await granted
+    await service.query('COMMIT')
+    t.equal(Number(row.changed), 1, 'granted')
+  } catch (error) {
+    await service.query('ROLLBACK')
+    throw error
+  } finally {
+    service.release()
+    admin.release()
+  }
+  t.same((await pool.query('SELECT permission_name, permission_description FROM grants')).rows,
+    [{ permission_name: 'read:new', permission_description: 'new text' }], 'under the name and text committed last')
 })
 
 t.test('descriptions are at most 255 characters → otherwise 23514, whatever the characters', async (t) => {
