@@ -3,7 +3,7 @@ import t from 'tap'
 import { listGrantedPermissions, listGrantedPermissionsSql } from '../../db/queries/list.js'
 import { compareListed, ordersFixture, ordersPath, shelfFixture, type SortKey } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
-import { readToken } from '../support/tokens.js'
+import { readToken, token } from '../support/tokens.js'
 
 const harness = await build(t)
 await harness.seed(ordersFixture())
@@ -470,4 +470,83 @@ t.test('the page is JSON written by PostgreSQL: any text comes back as it was st
   t.equal(res.text, JSON.stringify(expected))
   const empty = await list('?offset=5&limit=10', ordersPath('text-app', 'text-api'))
   t.equal(empty.text, '[]', 'a page past the end is an empty array')
+})
+
+t.test('limit at its bounds: 1 → one item, 500 → 500 of 501 grants, no limit → the default 50; 0 and 501 → 400', async (t) => {
+  const permissions = Array.from({ length: 501 }, (_, i) => ({ id: `w_${String(i).padStart(3, '0')}`, resource_id: 'wide-api', name: `read:w${i}` }))
+  await harness.seed({
+    resources: [{ id: 'wide-api' }],
+    clients: [{ id: 'wide-app' }],
+    permissions,
+    authorizations: [{ resource_id: 'wide-api', client_id: 'wide-app', permission_ids: permissions.map(({ id }) => id) }]
+  })
+  const wide = (query: string) => list(query, ordersPath('wide-app', 'wide-api'))
+  const ids = permissions.map(({ id }) => id)
+  const one = await wide('?limit=1&sort_by=id')
+  t.equal(one.status, 200)
+  t.same((one.body as Item[]).map(({ id }) => id), ids.slice(0, 1))
+  const secondOfOne = await wide('?limit=1&offset=1&sort_by=id')
+  t.same((secondOfOne.body as Item[]).map(({ id }) => id), ids.slice(1, 2), 'offset 1 with limit 1 skips 1 record')
+  const most = await wide('?limit=500&sort_by=id')
+  t.equal(most.status, 200)
+  t.same((most.body as Item[]).map(({ id }) => id), ids.slice(0, 500), 'at most limit items, the 501st left for the next page')
+  t.equal(most.headers.get('x-total-count'), '501')
+  const rest = await wide('?limit=500&offset=1&sort_by=id')
+  t.same((rest.body as Item[]).map(({ id }) => id), ids.slice(500), 'offset 1 with limit 500 skips 500 records')
+  const defaults = await wide('?sort_by=id')
+  t.same((defaults.body as Item[]).map(({ id }) => id), ids.slice(0, 50), 'the default limit is 50, the default offset 0')
+  const firstPage = await wide('?sort_by=id&offset=0')
+  t.same(firstPage.body, defaults.body, 'offset 0, its minimum, is the first page')
+  for (const limit of ['0', '501']) {
+    const res = await wide(`?limit=${limit}`)
+    t.equal(res.status, 400, `limit=${limit}`)
+    t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'query', pointer: '/limit' }] }, `limit=${limit}`)
+  }
+})
+
+t.test('offset at its bounds: 99999999999999 → 200 [], one more → 400; 0 → 200, -1 → 400', async (t) => {
+  for (const [query, status] of [['offset=99999999999999', 200], ['offset=99999999999998&limit=1', 200], ['offset=100000000000000', 400], ['offset=0', 200], ['offset=-1', 400]] as const) {
+    const res = await list(`?${query}`)
+    t.equal(res.status, status, query)
+    if (status === 400) t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'query', pointer: '/offset' }] }, query)
+  }
+})
+
+t.test('sort_by up to 100 characters → 200; 101 characters of the same grammar → 400 naming sort_by', async (t) => {
+  const atBound = 'name' + ',id'.repeat(32)
+  const overBound = 'name.asc' + ',id'.repeat(31)
+  t.equal(atBound.length, 100)
+  t.equal(overBound.length, 101)
+  const ok = await list(`?sort_by=${atBound}`)
+  t.equal(ok.status, 200)
+  t.same((ok.body as Item[]).map(({ name }) => name), granted.map(({ name }) => name).sort(byteOrder))
+  const over = await list(`?sort_by=${overBound}`)
+  t.equal(over.status, 400)
+  t.match(over.body, { type: '/problems/invalid-request', errors: [{ location: 'query', pointer: '/sort_by' }] })
+})
+
+t.test('path ids at their bounds: 255 characters → 404 (looked up), 256 or none → 400 naming the parameter', async (t) => {
+  const cases: Array<[string, string, number, string]> = [
+    ['r'.repeat(255), 'app-a', 404, '/problems/resource-not-found'],
+    ['orders-api', 'c'.repeat(255), 404, '/problems/client-not-found'],
+    ['r'.repeat(256), 'app-a', 400, '/resource_id'],
+    ['orders-api', 'c'.repeat(256), 400, '/client_id'],
+    ['', 'app-a', 400, '/resource_id'],
+    ['orders-api', '', 400, '/client_id']
+  ]
+  for (const [resource, client, status, expected] of cases) {
+    const label = `${resource.length} and ${client.length} characters`
+    const res = await list('', ordersPath(client, resource))
+    t.equal(res.status, status, label)
+    if (status === 404) t.equal((res.body as { type: string }).type, expected, label)
+    else t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'path', pointer: expected }] }, label)
+  }
+})
+
+t.test('GET needs read:resource itself: a token with only delete:resource or create:resource → 403 naming it', async (t) => {
+  for (const scope of ['delete:resource', 'create:resource', 'delete:resource create:resource']) {
+    const res = await harness.request(ordersPath(), { token: token({ scope }) })
+    t.equal(res.status, 403, scope)
+    t.match(res.body, { type: '/problems/insufficient-scope', required_scope: 'read:resource' }, scope)
+  }
 })
