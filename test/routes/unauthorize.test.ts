@@ -1,7 +1,7 @@
 import t from 'tap'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
-import { deleteToken, readToken } from '../support/tokens.js'
+import { deleteToken, readToken, token } from '../support/tokens.js'
 
 const harness = await build(t)
 
@@ -73,6 +73,7 @@ t.test('404 when the resource, the client or the authorization is missing, befor
   const cases: Array<[string, string, string]> = [
     ['app-a', 'missing-api', '/problems/resource-not-found'],
     ['missing-app', 'orders-api', '/problems/client-not-found'],
+    ['missing-app', 'missing-api', '/problems/resource-not-found'],
     ['app-c', 'orders-api', '/problems/client-not-authorized']
   ]
   for (const [client, resource, type] of cases) {
@@ -221,4 +222,81 @@ t.test('concurrent DELETEs of overlapping ids all answer 204 and leave exactly t
   ])
   t.same(results.map(({ status }) => status), [204, 204, 204])
   t.same(await grantsOf(), ['p_create_invoices', 'p_delete_invoices', 'p_read_invoices', 'p_update_invoices', 'p_create_refunds', 'p_read_refunds'].sort())
+})
+
+t.test('body ids at their bound: 255 characters reach the database (204 removed, or 422 when unknown), 256 → 400', async (t) => {
+  const long = 'p'.repeat(255)
+  await harness.seed({
+    permissions: [{ id: long, resource_id: 'orders-api', name: 'read:long' }],
+    authorizations: [{ resource_id: 'orders-api', client_id: 'app-a', permission_ids: [...await grantsOf(), long] }]
+  })
+  t.ok((await grantsOf()).includes(long))
+  const unknown = await unauthorize(['q'.repeat(255)])
+  t.equal(unknown.status, 422)
+  t.match(unknown.body, { type: '/problems/unknown-permissions', unknown_permission_ids: ['q'.repeat(255)] })
+  const tooLong = await unauthorize([long + 'p'])
+  t.equal(tooLong.status, 400)
+  t.match(tooLong.body, { type: '/problems/invalid-request', errors: [{ location: 'body', pointer: '/0' }] })
+  t.ok((await grantsOf()).includes(long), 'nothing removed by the refusals')
+  t.equal((await unauthorize([long])).status, 204)
+  t.notOk((await grantsOf()).includes(long))
+})
+
+t.test('body sizes at their bounds: 1 id → 204, 500 → 204, [] and 501 → 400 invalid-request at the body', async (t) => {
+  t.equal((await unauthorize(['p_read_orders'])).status, 204, 'one id, the minimum')
+  t.equal((await grantsOf()).length, 9)
+  const granted = await grantsOf()
+  const fiveHundred = Array.from({ length: 500 }, (_, i) => granted[i % granted.length])
+  t.equal((await unauthorize(fiveHundred)).status, 204, '500 ids, the maximum')
+  t.same(await grantsOf(), [])
+  await harness.seed(ordersFixture())
+  for (const body of [[], [...fiveHundred, 'p_read_orders']]) {
+    const res = await unauthorize(body)
+    t.equal(res.status, 400, `${body.length} ids`)
+    t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'body', pointer: '' }] }, `${body.length} ids`)
+  }
+  t.equal((await grantsOf()).length, 10, 'nothing removed by the refusals')
+})
+
+t.test('path ids at their bounds: 255 characters → 404 (looked up), 256 or none → 400 naming the parameter, nothing removed', async (t) => {
+  const cases: Array<[string, string, number, string]> = [
+    ['r'.repeat(255), 'app-a', 404, '/problems/resource-not-found'],
+    ['orders-api', 'c'.repeat(255), 404, '/problems/client-not-found'],
+    ['r'.repeat(256), 'app-a', 400, '/resource_id'],
+    ['orders-api', 'c'.repeat(256), 400, '/client_id'],
+    ['', 'app-a', 400, '/resource_id'],
+    ['orders-api', '', 400, '/client_id']
+  ]
+  for (const [resource, client, status, expected] of cases) {
+    const label = `${resource.length} and ${client.length} characters`
+    const res = await unauthorize(['p_read_orders'], ordersPath(client, resource))
+    t.equal(res.status, status, label)
+    if (status === 404) t.equal((res.body as { type: string }).type, expected, label)
+    else t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'path', pointer: expected }] }, label)
+  }
+  t.equal((await grantsOf()).length, 10)
+})
+
+t.test('a body of exactly 256 KiB is read (204); one byte more → 413, nothing removed', async (t) => {
+  const sized = (bytes: number) => {
+    const head = '["p_read_orders"'
+    return head + ' '.repeat(bytes - head.length - 1) + ']'
+  }
+  const send = (body: string) => harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), headers: { 'content-type': 'application/json' }, body })
+  const over = await send(sized(256 * 1024 + 1))
+  t.equal(over.status, 413)
+  t.match(over.body, { type: 'about:blank', title: 'Content Too Large' })
+  t.equal((await grantsOf()).length, 10, 'nothing removed')
+  const atBound = await send(sized(256 * 1024))
+  t.equal(atBound.status, 204)
+  t.notOk((await grantsOf()).includes('p_read_orders'))
+})
+
+t.test('DELETE needs delete:resource itself: a token with only create:resource or read:resource → 403, nothing removed', async (t) => {
+  for (const scope of ['create:resource', 'read:resource create:resource']) {
+    const res = await harness.request(ordersPath(), { method: 'DELETE', token: token({ scope }), json: ['p_read_orders'] })
+    t.equal(res.status, 403, scope)
+    t.match(res.body, { type: '/problems/insufficient-scope', required_scope: 'delete:resource' }, scope)
+  }
+  t.equal((await grantsOf()).length, 10)
 })
