@@ -497,6 +497,8 @@ t.test('limit at its bounds: 1 → one item, 500 → 500 of 501 grants, no limit
   t.same((defaults.body as Item[]).map(({ id }) => id), ids.slice(0, 50), 'the default limit is 50, the default offset 0')
   const firstPage = await wide('?sort_by=id&offset=0')
   t.same(firstPage.body, defaults.body, 'offset 0, its minimum, is the first page')
+  const secondOfDefault = await wide('?sort_by=id&offset=1')
+  t.same((secondOfDefault.body as Item[]).map(({ id }) => id), ids.slice(50, 100), 'offset without limit skips 50 (the default limit) * offset records')
   for (const limit of ['0', '501']) {
     const res = await wide(`?limit=${limit}`)
     t.equal(res.status, 400, `limit=${limit}`)
