@@ -257,7 +257,8 @@ t.test('a prune that leaves the mark where it is passes, though changes committe
   const { rows: [{ under }] } = await harness.db.query<{ under: number }>(
     'SELECT count(*)::int AS under FROM permission_changes WHERE id <= (SELECT through_id FROM permission_changes_pruned)')
   t.equal(under, 2, 'both late changes are under the mark')
-  t.equal(await pruneChanges(harness.db, 30, { waitMs: 0 }), 1, 'the old one goes; the mark stays where it was')
+  // The prune waits out transactions other test files hold open on the server: they hold the horizon.
+  t.equal(await pruneChanges(harness.db, 30), 1, 'the old one goes; the mark stays where it was')
   t.same((await harness.db.query('SELECT through_id::text AS id FROM permission_changes_pruned')).rows, [{ id: committed }])
 })
 
