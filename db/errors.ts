@@ -59,3 +59,17 @@ export function isOverDatabaseLimit (error: unknown): boolean {
 export function databaseErrorSummary (error: Error & { code?: string }): { code?: string, reason: string } {
   return { code: error.code, reason: error.message }
 }
+
+// SQLSTATE lock_not_available: lock_timeout expired (or a NOWAIT lock was not free).
+const LOCK_NOT_AVAILABLE = '55P03'
+
+/**
+ * The error of a statement that waited for a lock another session holds past lock_timeout (55P03),
+ * also where a caller wrapped it as a cause (postgres-migrations does).
+ */
+export function lockWaitExpired (error: unknown): Error | undefined {
+  for (let cause = error; cause instanceof Error; cause = cause.cause) {
+    if ((cause as { code?: string }).code === LOCK_NOT_AVAILABLE) return cause
+  }
+  return undefined
+}

@@ -6,7 +6,7 @@
 import { performance } from 'node:perf_hooks'
 import { context } from '@opentelemetry/api'
 import fp from 'fastify-plugin'
-import { databaseErrorSummary } from '../db/errors.js'
+import { databaseErrorSummary, lockWaitExpired } from '../db/errors.js'
 import { migrateDatabase } from '../db/migrate.js'
 import { DatabasePool } from '../db/pool.js'
 import { type ChangeInput, type ChangeOptions, type ChangeResult, grantPermissions, primaryPositionNow, unauthorizePermissions } from '../db/queries/change.js'
@@ -139,12 +139,26 @@ export default fp(async function db (fastify) {
   fastify.addHook('onClose', async () => { await Promise.all([pool.end(), probePool.end(), replicas?.close()]) })
 
   // Migrations get a connection of their own, without the query timeout: a migration may be slow.
+  // But not its lock waits: a migration waiting behind another session's lock on a table makes
+  // every statement of the running service that needs the table queue behind it (a rolling deploy
+  // would stall the service it replaces), so the start gives up after MIGRATIONS_CONNECTION_WAIT_MS,
+  // as the db: commands do, and its orchestrator starts it again. Behind a transaction pooler the
+  // role's lock_timeout applies (PgBouncer refuses startup parameters); MIGRATIONS_DATABASE_URL is direct.
+  const migrationsUrl = MIGRATIONS_DATABASE_URL ?? DATABASE_URL
   const migrationPool = new DatabasePool({
-    connectionString: MIGRATIONS_DATABASE_URL ?? DATABASE_URL, max: 1, connectionWaitMs: config.MIGRATIONS_CONNECTION_WAIT_MS, queryTimeoutMs: 0
+    connectionString: migrationsUrl,
+    max: 1,
+    connectionWaitMs: config.MIGRATIONS_CONNECTION_WAIT_MS,
+    queryTimeoutMs: 0,
+    settings: config.DATABASE_POOLER === 'transaction' && migrationsUrl === DATABASE_URL ? {} : { lock_timeout: config.MIGRATIONS_CONNECTION_WAIT_MS }
   })
   try {
     const applied = await migrateDatabase(migrationPool, migrationsDir)
     if (applied.length > 0) fastify.log.info({ migrations: applied }, 'database migrated')
+  } catch (error) {
+    const lockWait = lockWaitExpired(error)
+    if (!lockWait) throw error
+    throw new Error(`the migrations waited longer than MIGRATIONS_CONNECTION_WAIT_MS for a lock another session holds (${lockWait.message})`, { cause: error })
   } finally {
     await migrationPool.end()
   }

@@ -2,7 +2,7 @@
 // when `npm start` is running it, started and stopped around the work otherwise); migrations on
 // MIGRATIONS_DATABASE_URL when set, as the service runs them.
 import pg from 'pg'
-import { isDatabaseUnavailable } from '../db/errors.js'
+import { isDatabaseUnavailable, lockWaitExpired } from '../db/errors.js'
 import type { CommandDatabase } from '../src/command-line.js'
 import { isProduction, loadConfig } from '../src/config.js'
 import { openLocalDatabase } from '../src/local-dev.js'
@@ -60,13 +60,3 @@ export function failureOf (error: unknown): string {
   if (lockWait) return `another session holds a lock it needs, for longer than MIGRATIONS_CONNECTION_WAIT_MS: try again once it is released (${lockWait.message})`
   return said
 }
-
-/** The lock_timeout that ended a statement (55P03), also where postgres-migrations wrapped it as a cause. */
-function lockWaitExpired (error: unknown): Error | undefined {
-  for (let cause = error; cause instanceof Error; cause = cause.cause) {
-    if ((cause as { code?: string }).code === LOCK_NOT_AVAILABLE) return cause
-  }
-  return undefined
-}
-// SQLSTATE lock_not_available: lock_timeout expired (or a NOWAIT lock was not free).
-const LOCK_NOT_AVAILABLE = '55P03'

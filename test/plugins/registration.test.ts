@@ -1,8 +1,10 @@
 // Each plugin is registered under its own name and declares the plugins it needs: registered
 // without one of them, the boot fails at once naming it (Fastify's dependency check), instead of
 // failing later on a decorator that is not there.
+import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify, { type FastifyPluginAsync } from 'fastify'
 import fp from 'fastify-plugin'
+import pg from 'pg'
 import t from 'tap'
 import auth from '../../plugins/auth/index.js'
 import db from '../../plugins/db.js'
@@ -14,6 +16,7 @@ import metrics from '../../plugins/metrics.js'
 import pressure from '../../plugins/pressure.js'
 import serviceApp from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
+import { newDatabase } from '../support/database.js'
 import { build } from '../support/harness.js'
 import { TEST_SECRET } from '../support/tokens.js'
 
@@ -47,4 +50,20 @@ t.test('given no DATABASE_URL (outside production, the embedded database fills i
   const app = Fastify({ logger: false })
   app.register(serviceApp, { config: loadConfig({ JWT_SECRET: TEST_SECRET }) })
   await t.rejects(async () => { await app.ready() }, { message: 'DATABASE_URL is required' })
+})
+
+t.test('migrations waiting on a lock another session holds: the start fails after MIGRATIONS_CONNECTION_WAIT_MS, saying so; once released it starts', async (t) => {
+  const database = await newDatabase({ migrated: true })
+  t.teardown(database.drop)
+  const holder = new pg.Client({ connectionString: database.url })
+  await holder.connect()
+  t.teardown(() => holder.end())
+  // An open transaction holding a table the migrations read: every statement on it queues behind them.
+  await holder.query('BEGIN; LOCK TABLE migrations IN ACCESS EXCLUSIVE MODE')
+  const env = { DATABASE_URL: database.url, MIGRATIONS_CONNECTION_WAIT_MS: '300' }
+  const started = build(t, env).then(() => 'started', (error: Error) => error.message)
+  const outcome = await Promise.race([started, sleep(10_000, 'still waiting after 10 s')])
+  t.match(outcome, /^the migrations waited longer than MIGRATIONS_CONNECTION_WAIT_MS for a lock another session holds \(canceling statement due to lock timeout\)$/)
+  await holder.query('COMMIT')
+  await t.resolves(build(t, env), 'starts once the lock is released')
 })
