@@ -22,6 +22,7 @@ import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler } from './error-handler.js'
 import { problems } from './problems.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
+import { setSecurityHeaders } from './security-headers.js'
 import changeFeed from './routes/feed/index.js'
 import healthRoutes from './routes/health.js'
 import permissionRoutes from './routes/permissions/index.js'
@@ -182,6 +183,8 @@ async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
     if (!hostAsRequired(request.raw)) throw problems.hostRequired()
     if (!queryDecodable(request.url)) throw problems.brokenUrl()
   })
+  // Every answer, the docs', the 404s' and the errors' included (src/security-headers.ts).
+  fastify.addHook('onSend', async (_request, reply) => { setSecurityHeaders(reply) })
   // An expectation other than 100-continue, which Node would answer 417 itself, with no problem
   // body and a status no operation declares: RFC 9110 §10.1.1 lets a server ignore it.
   fastify.server.on('checkExpectation', (request, response) => { fastify.server.emit('request', request, response) })

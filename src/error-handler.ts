@@ -5,6 +5,7 @@ import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
 import { REQUEST_ID_HEADER, requestIdGiven } from './request-id.js'
+import { NOSNIFF, setSecurityHeaders } from './security-headers.js'
 import { requestSpan } from './tracing.js'
 import { type FieldError, OVERLOADED, Problem, PROBLEM_CONTENT_TYPE, problems, SHUTTING_DOWN, STARTING, statusPhrase } from './problems.js'
 
@@ -222,7 +223,8 @@ export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket
   const id = request && requestIdGiven(request)
   if (request) timedOut.add(request)
   const body = JSON.stringify(id === undefined ? problem.toJSON() : { ...problem.toJSON(), request_id: id })
-  socket.end(`HTTP/1.1 ${status} ${statusPhrase(status)}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+  // nosniff, as on every answer (src/security-headers.ts).
+  socket.end(`HTTP/1.1 ${status} ${statusPhrase(status)}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n${NOSNIFF.name}: ${NOSNIFF.value}\r\n` +
     (id === undefined ? '' : `X-Request-Id: ${id}\r\n`) +
     `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
 }
@@ -232,8 +234,10 @@ export function frameworkErrors (error: FastifyError, request: FastifyRequest, r
   const problem = error.code === 'FST_ERR_BAD_URL' ? problems.brokenUrl() : toProblem(error)
   // With the request: when tracing is on, this is the only line such a request gets (plugins/tracing.ts).
   request.log.info({ req: request, status: problem.status, code: error.code }, problem.title)
-  // No onRequest hook runs before routing: the id the body carries is echoed here, as on every answer.
+  // No hook runs before routing: the id the body carries is echoed here, as on every answer, and so
+  // are the security headers.
   reply.header(REQUEST_ID_HEADER, request.id)
+  setSecurityHeaders(reply)
   return sendProblem(reply, problem)
 }
 

@@ -68,7 +68,8 @@ export default async function problemPages (fastify: FastifyInstance) {
       // An object: Fastify sends it as application/json; charset=utf-8.
       return reply.send(body)
     }
+    // Its own policy, kept by the one every other answer gets (src/security-headers.ts, with nosniff).
     return reply.type('text/html; charset=utf-8').header('content-security-policy', CONTENT_SECURITY_POLICY)
-      .header('x-content-type-options', 'nosniff').send(page(type, problemType))
+      .send(page(type, problemType))
   })
 }
