@@ -484,6 +484,11 @@ export interface components {
         /** @description The service is alive (or ready). */
         Health: {
             headers: {
+                /**
+                 * @description `no-store`: a probe's answer is about this moment, and nothing on the way may keep it.
+                 * @example no-store
+                 */
+                "Cache-Control": string;
                 [name: string]: unknown;
             };
             content: {

@@ -2,17 +2,24 @@
 // connection of its own (never behind API traffic, so a saturated replica stays ready), and fails
 // until the event loop has been found calm once since start, when the database cannot be reached,
 // and from the moment the service starts shutting down.
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyReply } from 'fastify'
 import { databaseErrorSummary } from '../../db/errors.js'
 import { operations } from '../generated/operations.js'
 import { problems } from '../problems.js'
 
 const { getLiveness, getReadiness } = operations
 
-export default async function healthRoutes (fastify: FastifyInstance) {
-  fastify.get(getLiveness.url, { schema: getLiveness.schema, config: { ...getLiveness.config, pressureExempt: true } }, async () => ({ status: 'ok' as const }))
+// A probe's answer is about this moment: a cache on the way (Varnish keeps a 200 without
+// Cache-Control for 2 minutes) would keep a replica "ready" after its database went away.
+const ok = (reply: FastifyReply) => {
+  reply.header('cache-control', 'no-store')
+  return { status: 'ok' as const }
+}
 
-  fastify.get(getReadiness.url, { schema: getReadiness.schema, config: { ...getReadiness.config, pressureExempt: true } }, async (request) => {
+export default async function healthRoutes (fastify: FastifyInstance) {
+  fastify.get(getLiveness.url, { schema: getLiveness.schema, config: { ...getLiveness.config, pressureExempt: true } }, async (_request, reply) => ok(reply))
+
+  fastify.get(getReadiness.url, { schema: getReadiness.schema, config: { ...getReadiness.config, pressureExempt: true } }, async (request, reply) => {
     if (fastify.draining) throw problems.shuttingDown()
     if (!fastify.calmSinceStart()) throw problems.starting()
     try {
@@ -21,6 +28,6 @@ export default async function healthRoutes (fastify: FastifyInstance) {
       request.log.warn(databaseErrorSummary(error as Error), 'readiness check failed')
       throw problems.databaseUnavailable()
     }
-    return { status: 'ok' as const }
+    return ok(reply)
   })
 }

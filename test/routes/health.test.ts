@@ -77,3 +77,14 @@ t.test('draining: /readyz → 503 shutting-down, logged at info without a stack'
   t.notOk('err' in line, 'no error, no stack')
   t.same(logs.lines.filter((line) => (line.level as number) >= 40), [], 'nothing at warn or above')
 })
+
+t.test('/healthz and /readyz answers are kept by no cache: Cache-Control no-store, on GET and HEAD', async (t) => {
+  const harness = await build(t)
+  for (const path of ['/healthz', '/readyz']) {
+    for (const method of ['GET', 'HEAD']) {
+      const res = await harness.request(path, { method })
+      t.equal(res.status, 200, `${method} ${path}`)
+      t.equal(res.headers.get('cache-control'), 'no-store', `${method} ${path}`)
+    }
+  }
+})
