@@ -1,6 +1,6 @@
 // Serves the contract itself (openapi/openapi.yaml, as the JSON `npm run generate` writes) at
-// GET /openapi.json, and Swagger UI at /docs (no token needed to read; "Authorize" takes a pasted
-// Bearer token); GET / redirects there.
+// GET /openapi.json (and at /docs/json and /docs/yaml, where Swagger UI reads it), and Swagger UI at
+// /docs (no token needed to read; "Authorize" takes a pasted Bearer token); GET / redirects there.
 // https://github.com/fastify/fastify-swagger, https://github.com/fastify/fastify-swagger-ui
 import { readFile } from 'node:fs/promises'
 import fastifySwagger from '@fastify/swagger'
@@ -28,6 +28,10 @@ const DOCS_CSP = {
   'style-src': "'self' 'unsafe-inline'"
 }
 
+// Swagger UI's options that @fastify/swagger-ui's types do not list (queryConfigEnabled) pass
+// through to the UI as they are: a constant, not an object literal the types would refuse.
+const UI_CONFIG = { persistAuthorization: true, displayOperationId: true, validatorUrl: null, queryConfigEnabled: false }
+
 // Encapsulated: the routes of this context, and only they, are declared public (the auth hook denies
 // every other route without a token), whatever swagger-ui registers now or in a later version.
 async function publicDocs (fastify: FastifyInstance) {
@@ -39,7 +43,22 @@ async function publicDocs (fastify: FastifyInstance) {
     routePrefix: '/docs',
     staticCSP: DOCS_CSP,
     // No validator badge: it is an image from validator.swagger.io, about the spec served here.
-    uiConfig: { url: '/openapi.json', persistAuthorization: true, displayOperationId: true, validatorUrl: null }
+    // No document or configuration named in the page's URL (?url=, ?configUrl=; off by default since
+    // Swagger UI 4.1.3, said here so no upgrade turns it on): a link to the docs could show another
+    // API, whose Authorize would collect pasted tokens. The UI reads the document from /docs/json
+    // (the plugin's route, the same document as /openapi.json): a url here would be overridden.
+    uiConfig: UI_CONFIG,
+    // The page without its query: the initializer makes the document's URL by appending "/./json"
+    // to the page's whole URL, so /docs/?x=1 read /docs/?x=1/./json (the page itself) and showed no
+    // API. Swagger UI keeps its state in the fragment, which a redirect keeps.
+    uiHooks: {
+      onRequest: async (request, reply) => {
+        const query = request.url.indexOf('?')
+        if (query !== -1 && (request.routeOptions.url === '/docs' || request.routeOptions.url === '/docs/')) {
+          return reply.redirect(request.url.slice(0, query), 302)
+        }
+      }
+    }
   })
   // No `hide` on these routes: in static mode @fastify/swagger serves the document as it is and
   // never reads the routes' schemas.

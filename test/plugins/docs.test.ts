@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises'
+import { get } from 'node:http'
 import t from 'tap'
 import { parse } from 'yaml'
 import { specPath } from '../../src/project-root.js'
@@ -13,14 +14,20 @@ t.test('GET /openapi.json serves openapi/openapi.yaml itself, without a token', 
   t.same(res.body, parse(await readFile(specPath, 'utf8')))
 })
 
-t.test('GET /docs serves Swagger UI pointing at /openapi.json, without a token', async (t) => {
+t.test('GET /docs serves Swagger UI reading the document from /docs/json, the same as /openapi.json, without a token', async (t) => {
   const page = await fetch(`${harness.baseUrl}/docs/`)
   t.equal(page.status, 200)
   t.match(await page.text(), /swagger-ui/)
   const initializer = await fetch(`${harness.baseUrl}/docs/static/swagger-initializer.js`)
   t.equal(initializer.status, 200)
   const script = await initializer.text()
-  t.match(script, /\/openapi\.json/)
+  // @fastify/swagger-ui sets the UI's url after uiConfig's, to its own route: a url in uiConfig is never read.
+  t.match(script, /url: resolveUrl\('\.\/json'\)/)
+  t.notMatch(script, /openapi\.json/, 'no url in uiConfig that the UI would not read')
+  t.same((await harness.request('/docs/json')).body, (await harness.request('/openapi.json')).body)
+  // Never another document or configuration named in the page's URL (?url=, ?configUrl=): a link to
+  // the docs could otherwise show an attacker's API, with its "Authorize" collecting tokens.
+  t.match(script, /"queryConfigEnabled":\s*false/)
   // A pasted token survives a reload of the page; operations show their operationId.
   t.match(script, /"persistAuthorization":\s*true/)
   t.match(script, /"displayOperationId":\s*true/)
@@ -66,4 +73,23 @@ t.test('Swagger UI\'s pages and files carry a Content-Security-Policy that forbi
     t.match(policy, /(^|; )script-src-attr 'none'(;|$)/, path)
     t.notMatch(policy, /upgrade-insecure-requests/, path)
   }
+})
+
+t.test('a query on the docs page (?url=, ?utm_source=…) is dropped: 302 to the page without it, as Swagger UI would read its document from a URL in the query', async (t) => {
+  // The UI's initializer makes its document's URL by appending "/./json" to the page's whole URL,
+  // query included: /docs/?x=1 read /docs/?x=1/./json, the page's own HTML, and showed no API.
+  for (const [path, location] of [['/docs/?url=/healthz', '/docs/'], ['/docs?configUrl=/healthz&x=1', '/docs']]) {
+    const res = await fetch(`${harness.baseUrl}${path}`, { redirect: 'manual' })
+    await res.arrayBuffer()
+    t.equal(res.status, 302, path)
+    t.equal(res.headers.get('location'), location, path)
+  }
+  // An empty query too (fetch would drop it: sent as it is).
+  const empty = await new Promise<{ status?: number, location?: string }>((resolve, reject) => {
+    get({ host: '127.0.0.1', port: new URL(harness.baseUrl).port, path: '/docs?' }, (res) => { res.resume(); resolve({ status: res.statusCode, location: res.headers.location }) }).on('error', reject)
+  })
+  t.same(empty, { status: 302, location: '/docs' }, '/docs?')
+  const json = await fetch(`${harness.baseUrl}/docs/json?x=1`)
+  await json.arrayBuffer()
+  t.equal(json.status, 200, 'only the page')
 })

@@ -167,3 +167,17 @@ t.test('the whole tour ran under the docs\' Content-Security-Policy without a re
   t.ok(frame, 'the frame is there')
   t.equal(await frame.locator('#swagger-ui').count(), 0, 'the docs did not load inside it')
 })
+
+t.test('a document or configuration named in the page\'s URL (?url=, ?configUrl=) is not loaded: the spec\'s operations are shown', async (t) => {
+  // Same-origin JSON that is no OpenAPI document: loaded, the page would list no operation. The
+  // service drops the query (plugins/docs.ts), with which the UI would not find its document at all.
+  const named = await browser.newPage()
+  t.teardown(() => named.close())
+  await named.goto(`${harness.baseUrl}/docs/?url=/healthz`)
+  await named.locator('#operations-permissions-listClientPermissions').waitFor()
+  t.equal(await named.locator('.opblock').count(), specOperations.length, '?url= ignored')
+  t.equal(named.url(), `${harness.baseUrl}/docs/`)
+  await named.goto(`${harness.baseUrl}/docs/?configUrl=/healthz`)
+  await named.locator('#operations-permissions-listClientPermissions').waitFor()
+  t.equal(await named.locator('.opblock').count(), specOperations.length, '?configUrl= ignored')
+})
