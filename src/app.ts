@@ -180,11 +180,13 @@ async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
 
   fastify.addHook('onRequest', async (request, reply) => {
     reply.header(REQUEST_ID_HEADER, request.id)
+    // Set first, so that every answer carries them, the docs', the 404s' and the errors' included
+    // (src/security-headers.ts); a route with a policy of its own replaces this one. Not in an
+    // onSend hook: one more hook on every answer.
+    setSecurityHeaders(reply)
     if (!hostAsRequired(request.raw)) throw problems.hostRequired()
     if (!queryDecodable(request.url)) throw problems.brokenUrl()
   })
-  // Every answer, the docs', the 404s' and the errors' included (src/security-headers.ts).
-  fastify.addHook('onSend', async (_request, reply) => { setSecurityHeaders(reply) })
   // An expectation other than 100-continue, which Node would answer 417 itself, with no problem
   // body and a status no operation declares: RFC 9110 §10.1.1 lets a server ignore it.
   fastify.server.on('checkExpectation', (request, response) => { fastify.server.emit('request', request, response) })

@@ -9,8 +9,8 @@ import type { FastifyReply } from 'fastify'
 export const NOSNIFF = { name: 'X-Content-Type-Options', value: 'nosniff' } as const
 export const NOTHING_POLICY = "default-src 'none'; frame-ancestors 'none'"
 
-/** Sets the headers on `reply`, keeping a Content-Security-Policy a route set itself. */
+/** Sets the headers on `reply`: before its route runs, so that a route with a policy of its own replaces this one. */
 export function setSecurityHeaders (reply: FastifyReply): void {
   reply.header(NOSNIFF.name, NOSNIFF.value)
-  if (!reply.hasHeader('content-security-policy')) reply.header('content-security-policy', NOTHING_POLICY)
+  reply.header('content-security-policy', NOTHING_POLICY)
 }
