@@ -8,18 +8,21 @@ export const REQUEST_ID_HEADER = 'x-request-id'
 // Short and plain, so a client cannot inject log lines, header breaks or huge values.
 const saneRequestId = /^[A-Za-z0-9._:@-]{1,128}$/
 
-// Each request's id by its Node request: a request timed out while its body arrives is answered
+// Each request's id on its Node request: a request timed out while its body arrives is answered
 // on the socket (src/error-handler.ts clientErrorHandler), where only Node's request is at hand.
-const ids = new WeakMap<IncomingMessage, string>()
+// A property of its own rather than a WeakMap: every request would add an entry that each young
+// garbage collection has to weigh (ephemerons), on the path the bench measures.
+const kRequestId = Symbol('requestId')
+type Identified = IncomingMessage & { [kRequestId]?: string }
 
 export function requestIdOf (request: IncomingMessage): string {
   const given = request.headers[REQUEST_ID_HEADER]
   const id = typeof given === 'string' && saneRequestId.test(given) ? given : randomUUID()
-  ids.set(request, id)
+  ;(request as Identified)[kRequestId] = id
   return id
 }
 
 /** The id requestIdOf gave `request`, if it has been given one. */
 export function requestIdGiven (request: IncomingMessage): string | undefined {
-  return ids.get(request)
+  return (request as Identified)[kRequestId]
 }

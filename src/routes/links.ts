@@ -15,8 +15,8 @@ const plainHost = /^(?:[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?|\[[0-9A-Fa-f:.]+\]
 // A DNS name has at most 255 octets (RFC 1035 §2.3.4), so a longer Host names nothing a link
 // could reach; without the bound a client's 100 KB Host would be copied into every Link URL.
 const MAX_NAME_LENGTH = 255
-const linkableHost = (host: string) => plainHost.test(host) && host.replace(/:\d+$/, '').length <= MAX_NAME_LENGTH &&
-  URL.canParse(`http://${host}/`)
+const linkableHost = (host: string) => plainHost.test(host) &&
+  (host.length <= MAX_NAME_LENGTH || host.replace(/:\d+$/, '').length <= MAX_NAME_LENGTH) && URL.canParse(`http://${host}/`)
 
 // Behind a trusted proxy the scheme is the last X-Forwarded-Proto entry, as the client sent it when
 // the gateway appends rather than replaces: only http and https are schemes of this service.
