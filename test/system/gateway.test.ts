@@ -577,7 +577,7 @@ async function dnsServer (addresses: Record<string, string>) {
 async function standIn (host: string, port: number) {
   const server = createHttpServer((req, res) => {
     res.setHeader('content-type', 'application/json')
-    res.end(JSON.stringify({ served_by: host }))
+    res.end(JSON.stringify({ served_by: host, headers: req.headers }))
   })
   server.listen(port, host)
   await once(server, 'listening')
@@ -617,6 +617,37 @@ t.test('replicas recreated at other addresses (as docker compose does) are found
   await until('both in rotation at their new addresses', inRotationAt(['127.0.0.4', '127.0.0.5']), 15_000)
   t.same(await servedBy(), ['127.0.0.4', '127.0.0.5'])
   await stop('the named gateway', named)
+})
+
+t.test('forwarded headers reach a replica as the gateway sets them: the client\'s are replaced or removed', async (t) => {
+  const port = await freePort()
+  const stats = await freePort()
+  const ports = [await freePort(), await freePort()]
+  for (const replicaPort of ports) await standIn('127.0.0.1', replicaPort)
+  const fronting = startGateway(port, stats, ports)
+  await until('both stand-ins in rotation', async () => (await gatewaySees(0, stats)) === 'UP' && (await gatewaySees(1, stats)) === 'UP', 15_000)
+  const forged = {
+    forwarded: 'for=203.0.113.9;host=evil.example;proto=https',
+    'x-forwarded-for': '203.0.113.9',
+    'x-forwarded-proto': 'https',
+    'x-forwarded-host': 'evil.example',
+    'x-forwarded-port': '8443',
+    'x-forwarded-prefix': '/evil',
+    'x-forwarded-server': 'evil.example',
+    'x-real-ip': '203.0.113.9',
+    'x-request-id': 'chosen-by-the-client'
+  }
+  const answer = await send(port, 'GET', '/x', { headers: forged })
+  t.equal(answer.status, 200)
+  const { headers } = JSON.parse(answer.body) as { headers: Record<string, string> }
+  t.equal(headers['x-forwarded-for'], '127.0.0.1', 'X-Forwarded-For: the peer the gateway saw, the client\'s dropped')
+  t.equal(headers['x-forwarded-proto'], 'http', 'X-Forwarded-Proto: the gateway\'s')
+  t.equal(headers['x-forwarded-host'], `api.example.test:${port}`, 'X-Forwarded-Host: the Host the client sent')
+  t.not(headers['x-request-id'], 'chosen-by-the-client', 'X-Request-Id: the gateway\'s')
+  for (const name of ['forwarded', 'x-forwarded-port', 'x-forwarded-prefix', 'x-forwarded-server', 'x-real-ip']) {
+    t.equal(headers[name], undefined, `${name}: removed`)
+  }
+  await stop('the fronting gateway', fronting)
 })
 
 t.test('a rolling restart under steady load: each replica stopped and started again, no request fails', async (t) => {
