@@ -203,7 +203,7 @@ export interface paths {
          * @description The inverse of DELETE: grants the listed permissions within the client's existing
          *     authorization on the resource, in one transaction. Ids already granted are ignored, so a
          *     retried request still answers 204. If any id is not a permission of the resource the request
-         *     answers 422 naming every such id and grants nothing. A grant holds the resource id, the
+         *     answers 422 naming every such id and grants nothing. Duplicated ids are allowed. A grant holds the resource id, the
          *     client id and the permission's id, name and description in the database's indexes, which
          *     take about 2,700 bytes of UTF-8 together: ids of multi-byte characters near their bound can
          *     be over it, and the request then answers 422 `grant-too-large` and grants nothing. The client

@@ -165,3 +165,125 @@ t.test('with replicas, a grant too large answers its 422 with a Consistency-Toke
   t.match(tooLarge.body, { type: '/problems/grant-too-large' })
   t.match(tooLarge.headers.get('consistency-token'), /^[0-9A-F]+\/[0-9A-F]+$/, 'grant-too-large')
 })
+
+/** What GET shows of a client's grants: every page of several orders (bodies, counts, links) and the ETag. */
+async function shown (client = 'app-a'): Promise<{ pages: unknown[], etag: string }> {
+  const pages: unknown[] = []
+  let etag: string | undefined
+  for (const query of ['', '?sort_by=id.desc', '?sort_by=description,id&limit=3', '?sort_by=description.desc,name&limit=3&offset=1', '?limit=3&offset=3', '?offset=9']) {
+    const res = await harness.request(`${ordersPath(client)}${query}`, { token: readToken() })
+    pages.push({ query, status: res.status, body: res.body, total: res.headers.get('x-total-count'), link: res.headers.get('link') })
+    etag ??= res.headers.get('etag')!
+  }
+  return { pages, etag: etag! }
+}
+
+const removeAs = (ids: string[], client = 'app-a') =>
+  harness.request(ordersPath(client), { method: 'DELETE', token: deleteToken(), json: ids })
+
+t.test('the inverse of DELETE: a DELETE of X, then a POST of the ids it removed, restores every page GET shows; the ETag is a new one', async (t) => {
+  const cases: Array<[string, string[]]> = [
+    ['app-a', ['p_read_orders']],
+    ['app-a', ['p_read_orders', 'p_delete_orders', 'p_read_orders', 'p_create_refunds']],
+    // Held and not held: the DELETE removes the held ones, a POST of exactly those restores the grants.
+    ['app-a', ['p_update_refunds', 'p_read_invoices', 'p_delete_refunds', 'p_delete_invoices']],
+    ['app-a', ['p_read_orders', 'p_create_orders', 'p_update_orders', 'p_delete_orders', 'p_read_invoices', 'p_create_invoices', 'p_update_invoices', 'p_delete_invoices', 'p_read_refunds', 'p_create_refunds']],
+    ['app-b', ['p_read_orders']]
+  ]
+  const seen = new Set<string>()
+  for (const [client, ids] of cases) {
+    const before = await shown(client)
+    const held = new Set(await grantsOf(client))
+    seen.add(before.etag)
+    const removed = await removeAs(ids, client)
+    t.equal(removed.status, 204, `DELETE ${ids}`)
+    const heldOfX = [...new Set(ids.filter((id) => held.has(id)))]
+    if (heldOfX.length > 0) {
+      const restored = await grant(heldOfX, ordersPath(client))
+      t.equal(restored.status, 204, `POST of the removed ids of ${ids}`)
+      const after = await shown(client)
+      t.same(after.pages, before.pages, `every page as before: ${client} ${ids}`)
+      t.not(after.etag, before.etag, 'a new version: the grants changed twice, and a tag is never reused')
+      t.notOk(seen.has(after.etag), 'never one seen before')
+      seen.add(after.etag)
+      seen.add(removed.headers.get('etag')!)
+      const stale = await harness.request(ordersPath(client), { method: 'POST', token: createToken(), json: ['p_read_orders'], headers: { 'if-match': before.etag } })
+      t.equal(stale.status, 412, 'the tag before the round trip names no current version')
+    } else {
+      t.equal(removed.headers.get('etag'), before.etag, 'nothing held: nothing changed, the same tag')
+    }
+  }
+})
+
+t.test('the inverse of POST: a POST of X, then a DELETE of the ids it granted, restores every page GET shows; POST of held ids then DELETE of none is no change', async (t) => {
+  const cases: Array<[string, string[]]> = [
+    ['app-a', ['p_update_refunds']],
+    ['app-a', ['p_update_refunds', 'p_read_orders', 'p_update_refunds', 'p_delete_refunds']],
+    ['app-b', ['p_delete_refunds', 'p_read_orders', 'p_read_orders']],
+    ['app-b', ['p_read_orders', 'p_create_orders', 'p_update_orders', 'p_delete_orders', 'p_read_invoices', 'p_create_invoices', 'p_update_invoices', 'p_delete_invoices', 'p_read_refunds', 'p_create_refunds', 'p_update_refunds', 'p_delete_refunds']]
+  ]
+  for (const [client, ids] of cases) {
+    const before = await shown(client)
+    const held = new Set(await grantsOf(client))
+    const granted = await grant(ids, ordersPath(client))
+    t.equal(granted.status, 204, `POST ${ids}`)
+    t.not(granted.headers.get('etag'), before.etag)
+    const removed = await removeAs([...new Set(ids.filter((id) => !held.has(id)))], client)
+    t.equal(removed.status, 204)
+    const after = await shown(client)
+    t.same(after.pages, before.pages, `every page as before: ${client} ${ids}`)
+    t.not(after.etag, before.etag, 'a new version, never the old one')
+    t.not(after.etag, granted.headers.get('etag'))
+  }
+  const before = await shown()
+  t.equal((await grant(['p_read_orders', 'p_read_orders'])).headers.get('etag'), before.etag, 'a POST of held ids changes nothing')
+  t.same(await shown(), before, 'nothing: the same pages and the same tag')
+})
+
+t.test('POST answers every body, header and query DELETE refuses exactly as DELETE does (status, type, errors), nothing changed', async (t) => {
+  const long = JSON.stringify(Array.from({ length: 1100 }, (_, i) => `p_${i}_${'x'.repeat(240)}`))
+  const sized = (bytes: number) => '["p_unknown"' + ' '.repeat(bytes - 12 - 1) + ']'
+  const json = { 'content-type': 'application/json' }
+  const cases: Array<[string, { headers?: Record<string, string>, body?: string | Blob, query?: string }]> = [
+    ['no body, no content type', {}],
+    ['no body, JSON content type', { headers: json }],
+    ['an empty body', { headers: json, body: '' }],
+    ['a body without a content type', { headers: {}, body: '["p_update_refunds"]' }],
+    ['not JSON', { headers: json, body: 'p_update_refunds' }],
+    ['truncated', { headers: json, body: '["p_update_refunds"' }],
+    ['poisoned', { headers: json, body: '[{"__proto__": {"x": 1}}]' }],
+    ...[[], {}, 'p_update_refunds', null, 42, [1, 2], [''], ['a'.repeat(256)], [null], [['p_update_refunds']], [{ id: 'p_update_refunds' }],
+      ['p_update\u0000refunds'], ['\ud800'], ['p_update_refunds', '\ud800', ''], Array.from({ length: 501 }, () => 'p_update_refunds'), [true]]
+      .map((body): [string, { headers: Record<string, string>, body: string }] => [JSON.stringify(body).slice(0, 40), { headers: json, body: JSON.stringify(body) }]),
+    ...['text/plain', 'application/x-www-form-urlencoded', 'application/jsonx', 'application/json; charset=utf-16', 'application/json, text/plain',
+      'application/json; charset', 'application/json; charset="utf-8', 'application/json; charset=latin1 x', 'application/json; charset=utf8']
+      .map((contentType): [string, { headers: Record<string, string>, body: string }] => [contentType, { headers: { 'content-type': contentType }, body: '["p_unknown"]' }]),
+    ['gzip', { headers: { ...json, 'content-encoding': 'gzip' }, body: '["p_unknown"]' }],
+    ['not UTF-8', { headers: json, body: new Blob([new Uint8Array([0x5b, 0x22, 0xff, 0xfe, 0x22, 0x5d])]) }],
+    ['over 256 KiB', { headers: json, body: long }],
+    ['256 KiB + 1', { headers: json, body: sized(256 * 1024 + 1) }],
+    ['256 KiB', { headers: json, body: sized(256 * 1024) }],
+    ['a query parameter', { headers: json, body: '["p_unknown"]', query: '?dry_run=true' }],
+    ['a malformed If-Match', { headers: { ...json, 'if-match': '8' }, body: '["p_unknown"]' }],
+    ['a malformed If-None-Match', { headers: { ...json, 'if-none-match': '"4" junk' }, body: '["p_unknown"]' }]
+  ]
+  const token = { DELETE: deleteToken(), POST: createToken() }
+  for (const [label, { headers = {}, body, query = '' }] of cases) {
+    const answers = []
+    for (const method of ['DELETE', 'POST'] as const) {
+      const res = await harness.request(ordersPath() + query, { method, token: token[method], headers, body })
+      const problem = res.body as { type?: string, title?: string, detail?: string, errors?: unknown }
+      answers.push({
+        status: res.status,
+        type: problem.type,
+        title: problem.title,
+        detail: problem.detail?.replace('nothing was granted', 'nothing was removed'),
+        errors: problem.errors,
+        acceptEncoding: res.headers.get('accept-encoding')
+      })
+    }
+    t.same(answers[1], answers[0], `${label}: ${JSON.stringify(answers[0]).slice(0, 160)}`)
+    t.not(answers[0].status, 204, label)
+  }
+  t.equal((await grantsOf()).length, 10, 'nothing changed')
+})
