@@ -374,3 +374,73 @@ t.test('a reader that started on an empty feed and follows its next link is answ
   t.equal(resumed.status, 410, 'the change recorded since its poll is gone: it is told so')
   t.match(resumed.body, { type: '/problems/changes-pruned', pruned_through: gone })
 })
+
+t.test('many POSTs and DELETEs at once on several authorizations: the feed holds each change once, as the histories do, and replays to the grants', async (t) => {
+  const orders = ['read', 'create', 'update', 'delete'].flatMap((verb) => ['orders', 'invoices', 'refunds'].map((noun) => `p_${verb}_${noun}`))
+  const targets: Array<{ resource: string, client: string, ids: string[] }> = [
+    { resource: 'orders-api', client: 'app-a', ids: orders },
+    { resource: 'orders-api', client: 'app-b', ids: orders },
+    { resource: 'other-api', client: 'app-a', ids: ['p_other'] }
+  ]
+  const key = (resource: string, client: string) => `${resource}/${client}`
+  const grantsNow = async () => {
+    const { rows } = await harness.db.query<{ resource_id: string, client_id: string, permission_id: string }>('SELECT resource_id, client_id, permission_id FROM grants')
+    const held = new Map(targets.map(({ resource, client }) => [key(resource, client), new Set<string>()]))
+    for (const row of rows) held.get(key(row.resource_id, row.client_id))?.add(row.permission_id)
+    return held
+  }
+  const initial = await grantsNow()
+  // A fixed pseudo-random sequence (a 32-bit LCG, its high bits), so a failure can be run again as it was.
+  let seed = 20261127
+  const next = (n: number) => { seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0; return (seed >>> 16) % n }
+  const sent = Array.from({ length: 80 }, (_, i) => {
+    const target = targets[next(targets.length)]
+    const ids = Array.from({ length: 1 + next(4) }, () => target.ids[next(target.ids.length)])
+    return { method: next(2) === 0 ? 'POST' as const : 'DELETE' as const, path: ordersPath(target.client, target.resource), ids, requestId: `concurrent-${i}` }
+  })
+  const answers = await Promise.all(sent.map(({ method, path, ids, requestId }) => change(method, ids, { path, headers: { 'x-request-id': requestId } })))
+  t.same(answers.map(({ status }) => status), sent.map(() => 204), 'every change answered 204')
+
+  const { rows: [{ n: recorded }] } = await harness.db.query<{ n: number }>('SELECT count(*)::int AS n FROM permission_changes')
+  t.ok(recorded > sent.length / 4 && recorded <= sent.length, `${recorded} changes recorded`)
+  await settled(recorded)
+  // Read from the start in small pages by the next links, as a follower does.
+  const feed: FeedEntry[] = []
+  let res = await poll('?limit=7')
+  while (res.entries.length > 0) {
+    feed.push(...res.entries)
+    res = await follow(nextOf(res))
+  }
+  t.equal(feed.length, recorded, 'every change, none doubled')
+  t.ok(increasing(feed.map(({ id }) => id)), 'ids strictly increasing')
+  t.equal(new Set(feed.map(({ request_id: id }) => id)).size, feed.length, 'one change per request at most')
+  const byRequest = new Map(sent.map((request) => [request.requestId, request]))
+  for (const entry of feed) {
+    const request = byRequest.get(entry.request_id)!
+    t.ok(request, `${entry.request_id} was sent`)
+    t.equal(entry.action, request.method === 'POST' ? 'granted' : 'unauthorized', entry.request_id)
+    t.equal(ordersPath(entry.client_id, entry.resource_id), request.path, entry.request_id)
+    t.same(entry.permission_ids, [...new Set(request.ids)].filter((id) => entry.permission_ids.includes(id)), `${entry.request_id}: a subset of its ids, in request order, each once`)
+  }
+
+  // Each authorization's history is its part of the feed, newest first, entry for entry.
+  for (const { resource, client } of targets) {
+    const history = await harness.request(`/resources/${resource}/authorized_clients/${client}/permission_changes?limit=500`, { token: readToken() })
+    const ofTarget = feed.filter((entry) => entry.resource_id === resource && entry.client_id === client)
+      .map(({ resource_id: r, client_id: c, ...rest }) => rest).reverse()
+    t.same(history.status === 404 ? [] : history.body, ofTarget, `${key(resource, client)}: the history is the feed's part`)
+  }
+
+  // Replayed from the grants before, in feed order, each change changes each of its ids: the grants now.
+  const replayed = new Map([...initial].map(([k, held]) => [k, new Set(held)]))
+  for (const entry of feed) {
+    const held = replayed.get(key(entry.resource_id, entry.client_id))!
+    for (const id of entry.permission_ids) {
+      t.equal(held.has(id), entry.action === 'unauthorized', `${entry.request_id} ${entry.action} ${id}: it was ${entry.action === 'granted' ? 'not ' : ''}held`)
+      if (entry.action === 'granted') held.add(id)
+      else held.delete(id)
+    }
+  }
+  const now = await grantsNow()
+  for (const [k, held] of replayed) t.same([...held].sort(), [...now.get(k)!].sort(), `${k}: the replay ends at the grants`)
+})
