@@ -352,6 +352,57 @@ t.test('two DELETEs with the same If-Match at once: exactly one 204, the other 4
   t.same(mixed.map((res) => res.status).sort(), [204, 412], 'a DELETE and a POST on the same tag')
 })
 
+t.test('many writers at once on one tag, with and without If-Match: at most one conditional change applies, and first; the history replays to the grants; the ETags chain', async (t) => {
+  // app-a holds p_{read,create,update,delete}_orders and _invoices and p_{read,create}_refunds: each
+  // conditional request would change something at the tag it names, so once one has applied, every
+  // other conditional one names a stale tag. The unconditional ones toggle p_read_orders.
+  const conditional: Array<['DELETE' | 'POST', string[]]> = [
+    ['DELETE', ['p_read_orders']], ['DELETE', ['p_read_orders', 'p_create_orders']], ['POST', ['p_update_refunds']],
+    ['DELETE', ['p_read_invoices']], ['POST', ['p_delete_refunds', 'p_update_refunds']], ['POST', ['p_read_orders', 'p_delete_refunds']]
+  ]
+  const unconditional: Array<['DELETE' | 'POST', string[]]> = [
+    ['DELETE', ['p_read_orders']], ['POST', ['p_read_orders']], ['DELETE', ['p_read_orders', 'p_update_refunds']], ['POST', ['p_read_orders']]
+  ]
+  const grantsOf = async () => (await harness.db.query("SELECT permission_id FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-a' ORDER BY permission_id")).rows.map((row) => row.permission_id as string)
+  for (let round = 0; round < 8; round++) {
+    await harness.db.query('TRUNCATE resources, clients CASCADE')
+    await harness.seed(ordersFixture())
+    // The history outlives the TRUNCATE of the grants: this round's changes are the newer ones.
+    const { rows: [{ last }] } = await harness.db.query('SELECT coalesce(max(id), 0) AS last FROM permission_changes')
+    const initial = await grantsOf()
+    const tag = await etag()
+    // Interleaved (3 is prime to their number), and rotated each round, so that each kind gets to go first.
+    const requests = [...conditional.map(([method, ids]) => ({ method, ids, ifMatch: true })), ...unconditional.map(([method, ids]) => ({ method, ids, ifMatch: false }))]
+    const order = requests.map((_, i) => requests[(i * 3 + round) % requests.length])
+    const answers = await Promise.all(order.map(({ method, ids, ifMatch }) => change(method, ids, ifMatch ? { 'if-match': tag } : {})))
+    const sent = new Map(answers.map((res, i) => [res.headers.get('x-request-id'), { res, ...order[i] }]))
+    const history = (await harness.db.query("SELECT action, permission_ids, request_id FROM permission_changes WHERE resource_id = 'orders-api' AND client_id = 'app-a' AND id > $1 ORDER BY id", [last])).rows
+    const winners = answers.filter((res, i) => order[i].ifMatch && res.status === 204)
+    t.same(answers.filter((res, i) => order[i].ifMatch && res.status !== 204).map((res) => res.status), Array(conditional.length - winners.length).fill(412), `round ${round}: the other conditional ones 412`)
+    t.ok(answers.every((res, i) => order[i].ifMatch || res.status === 204), `round ${round}: every unconditional one 204`)
+    t.ok(winners.length <= 1, `round ${round}: at most one conditional change applied (${winners.length})`)
+    if (winners.length === 1) t.equal(history[0]?.request_id, winners[0].headers.get('x-request-id'), `round ${round}: and it was the first change`)
+    // Replayed in history order, each row changed what was there to change; each 204's ETag is the
+    // version its change left, so the last one is the version a GET shows now.
+    const grants = new Set(initial)
+    let version = tag
+    for (const { action, permission_ids: ids, request_id: requestId } of history) {
+      const request = sent.get(requestId)!
+      t.equal(action, request.method === 'DELETE' ? 'unauthorized' : 'granted', `round ${round}: the history names its request`)
+      for (const id of ids as string[]) {
+        t.equal(grants.has(id), action === 'unauthorized', `round ${round}: ${action} ${id} changed it`)
+        if (action === 'granted') grants.add(id)
+        else grants.delete(id)
+      }
+      t.not(request.res.headers.get('etag'), version, `round ${round}: a change, a new version`)
+      version = request.res.headers.get('etag')!
+    }
+    t.same(await grantsOf(), [...grants].sort(), `round ${round}: the history replays to the grants`)
+    t.equal(await etag(), version, `round ${round}: the last change's ETag is the current one`)
+  }
+  t.same(errorLines(), [], 'no error logged')
+})
+
 // RFC 9110's grammar for both headers, restated as a scanner rather than the spec's regular
 // expression: `*`, the entity-tags of a list that names at least one, or undefined when malformed.
 type Parsed = '*' | Array<{ weak: boolean, opaque: string }> | undefined
