@@ -332,6 +332,25 @@ t.test('If-None-Match on a change (RFC 9110 §13.1.2): the current tag (weak or 
   t.equal(matching.status, 204, 'If-Match holding and If-None-Match not naming the current version')
 })
 
+t.test('If-Modified-Since, If-Unmodified-Since, If-Range and Range are ignored (no Last-Modified, no ranges): never a 304, 412 or 400 of their own', async (t) => {
+  const past = 'Sun, 06 Nov 1994 08:49:37 GMT'
+  const future = 'Fri, 31 Dec 9999 23:59:59 GMT'
+  for (const headers of [{ 'if-modified-since': future }, { 'if-modified-since': 'garbage' }, { 'if-range': past }, { range: 'bytes=0-1' }, { range: 'garbage', 'if-range': '"1"' }] as Array<Record<string, string>>) {
+    const res = await list('', headers)
+    t.equal(res.status, 200, `GET ${JSON.stringify(headers)}`)
+    t.equal(res.headers.get('content-range'), null, 'the whole page')
+  }
+  for (const method of ['DELETE', 'POST'] as const) {
+    for (const headers of [{ 'if-unmodified-since': past }, { 'if-unmodified-since': 'garbage' }, { 'if-range': past, range: 'bytes=0-1' }] as Array<Record<string, string>>) {
+      t.equal((await change(method, ['p_read_orders'], headers)).status, 204, `${method} ${JSON.stringify(headers)}`)
+    }
+    // RFC 9110 §13.2.2: with If-Match, If-Unmodified-Since is not evaluated either way.
+    t.equal((await change(method, ['p_read_orders'], { 'if-match': await etag(), 'if-unmodified-since': past })).status, 204, `${method} current If-Match, If-Unmodified-Since in the past`)
+    t.equal((await change(method, ['p_read_orders'], { 'if-match': '"1"', 'if-unmodified-since': future })).status, 412, `${method} stale If-Match, If-Unmodified-Since in the future`)
+  }
+  t.equal(await grantCount(), 10, 'each DELETE undone by its POST')
+})
+
 t.test('two DELETEs with the same If-Match at once: exactly one 204, the other 412', async (t) => {
   for (let round = 0; round < 5; round++) {
     await harness.db.query('TRUNCATE resources, clients CASCADE')
