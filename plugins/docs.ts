@@ -2,6 +2,7 @@
 // GET /openapi.json (and at /docs/json and /docs/yaml, where Swagger UI reads it), and Swagger UI at
 // /docs (no token needed to read; "Authorize" takes a pasted Bearer token); GET / redirects there.
 // https://github.com/fastify/fastify-swagger, https://github.com/fastify/fastify-swagger-ui
+import { createHash } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import fastifySwagger from '@fastify/swagger'
 import fastifySwaggerUi from '@fastify/swagger-ui'
@@ -62,9 +63,23 @@ async function publicDocs (fastify: FastifyInstance) {
   })
   // No `hide` on these routes: in static mode @fastify/swagger serves the document as it is and
   // never reads the routes' schemas.
-  fastify.get('/openapi.json', async () => fastify.swagger())
+  // The document is the same for the process's life: written once, sent with a strong ETag, and a
+  // client that holds it (If-None-Match, weak comparison) gets 304 instead of its ~60 KB again.
+  const documentText = JSON.stringify(fastify.swagger())
+  const documentTag = `"${createHash('sha256').update(documentText).digest('base64url')}"`
+  fastify.get('/openapi.json', async (request, reply) => {
+    reply.header('etag', documentTag).header('cache-control', 'no-cache')
+    if (namesTag(request.headers['if-none-match'], documentTag)) return reply.code(304).send()
+    return reply.type('application/json; charset=utf-8').send(documentText)
+  })
   // Someone who opens the service's root in a browser is looking for the docs.
   fastify.get('/', async (_request, reply) => reply.redirect('/docs', 302))
+}
+
+/** Whether an If-None-Match names `tag` (weak comparison, RFC 9110 §13.1.2), or is `*`. */
+function namesTag (header: string | undefined, tag: string): boolean {
+  if (header === undefined) return false
+  return header.trim() === '*' || header.split(',').some((listed) => listed.trim().replace(/^W\//, '') === tag)
 }
 
 export default fp(async function docs (fastify) {

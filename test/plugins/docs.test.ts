@@ -14,6 +14,22 @@ t.test('GET /openapi.json serves openapi/openapi.yaml itself, without a token', 
   t.same(res.body, parse(await readFile(specPath, 'utf8')))
 })
 
+t.test('GET /openapi.json carries a strong ETag: a client holding it gets 304, no body; a changed tag gets the document', async (t) => {
+  const first = await harness.request('/openapi.json')
+  const tag = first.headers.get('etag')
+  t.match(tag, /^"[A-Za-z0-9_-]{43}"$/)
+  t.equal(first.headers.get('cache-control'), 'no-cache', 'kept, but asked again each time')
+  for (const header of [tag!, `W/${tag}`, `"other", ${tag}`, '*']) {
+    const again = await harness.request('/openapi.json', { headers: { 'if-none-match': header } })
+    t.equal(again.status, 304, header)
+    t.equal(again.headers.get('etag'), tag, `${header}: the same tag`)
+    t.equal(again.text, '', `${header}: no body`)
+  }
+  const other = await harness.request('/openapi.json', { headers: { 'if-none-match': '"other"' } })
+  t.equal(other.status, 200)
+  t.same(other.body, first.body)
+})
+
 t.test('GET /docs serves Swagger UI reading the document from /docs/json, the same as /openapi.json, without a token', async (t) => {
   const page = await fetch(`${harness.baseUrl}/docs/`)
   t.equal(page.status, 200)
