@@ -27,9 +27,11 @@ export const MIN_RSA_BITS = 2048
 /** The provider could not be reached and no key set was ever fetched: not the token's fault. */
 export class KeySetUnavailable extends Error {}
 
-// jose's errors that are about the token (no or several keys for its kid, an alg no key set can
-// hold), the only ones its key selection throws besides fetch failures.
-const tokenFaults: ReadonlySet<unknown> = new Set(['ERR_JWKS_NO_MATCHING_KEY', 'ERR_JWKS_MULTIPLE_MATCHING_KEYS', 'ERR_JOSE_NOT_SUPPORTED'])
+/** A fetched key set's shape, as jose's createLocalJWKSet requires it: an object whose keys are objects. */
+function isKeySet (value: unknown): boolean {
+  const isObject = (item: unknown) => typeof item === 'object' && item !== null && !Array.isArray(item)
+  return isObject(value) && Array.isArray((value as { keys?: unknown }).keys) && (value as { keys: unknown[] }).keys.every(isObject)
+}
 
 /**
  * Why a fetch failed, for a log line: the messages down the error's causes (fetch says only "fetch
@@ -54,10 +56,40 @@ export function fetchFailureOf (error: unknown): { reason: string, code?: string
 export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchTimeoutMs }: KeySetOptions, log: KeySetLog) {
   // jose is loaded here, where a key set is configured, not by every start of the service (about
   // 50 ms of CPU), and before the first token needs it.
-  const jose = import('jose').then(({ createLocalJWKSet, createRemoteJWKSet }) => ({
-    createLocalJWKSet,
-    remote: createRemoteJWKSet(new URL(url), { cacheMaxAge: cacheMaxAgeMs, cooldownDuration: cooldownMs, timeoutDuration: fetchTimeoutMs })
-  }))
+  const jose = import('jose').then(({ createLocalJWKSet, createRemoteJWKSet, customFetch, errors: { JOSEError } }) => {
+    // What went wrong with a fetch, as against with the key a token names (a published key that
+    // cannot be imported, a private one, a point off its curve): only the former may fall back on
+    // the last set and hold off fetches for a cooldown, else a token naming such a key, sent once
+    // a cooldown, would keep a withdrawn key verifying for good. Hence the response is checked
+    // here, where the fetch is, with jose's messages; its timeout becomes its JWKSTimeout.
+    async function fetchKeySet (input: string, init: RequestInit): Promise<Response> {
+      try {
+        const response = await fetch(input, init)
+        if (response.status !== 200) {
+          await response.body?.cancel()
+          throw new JOSEError(`Expected 200 OK from the JSON Web Key Set HTTP response, got ${response.status}`)
+        }
+        const body = await response.text()
+        let json: unknown
+        try {
+          json = JSON.parse(body)
+        } catch (cause) {
+          throw new JOSEError('Failed to parse the JSON Web Key Set HTTP response as JSON', { cause })
+        }
+        if (!isKeySet(json)) throw new JOSEError('The JSON Web Key Set HTTP response is not a key set ({"keys": [...]})')
+        return new Response(body, { status: 200 })
+      } catch (error) {
+        if (error instanceof Object) fetchFailures.add(error)
+        throw error
+      }
+    }
+    return {
+      createLocalJWKSet,
+      remote: createRemoteJWKSet(new URL(url), { cacheMaxAge: cacheMaxAgeMs, cooldownDuration: cooldownMs, timeoutDuration: fetchTimeoutMs, [customFetch]: fetchKeySet })
+    }
+  })
+  const fetchFailures = new WeakSet<object>()
+  const isFetchFailure = (error: unknown) => (error instanceof Object && fetchFailures.has(error)) || (error as { code?: unknown }).code === 'ERR_JWKS_TIMEOUT'
   let failedAt = -Infinity
   let lastFailure: unknown
   const pems = new WeakMap<object, string>()
@@ -68,7 +100,8 @@ export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchT
       try {
         return await remote(header)
       } catch (error) {
-        if (tokenFaults.has((error as { code?: unknown }).code)) throw error
+        // The token's fault (no or several keys for its kid, an alg no key set holds), or its key's.
+        if (!isFetchFailure(error)) throw error
         failedAt = Date.now()
         // Requests that waited on the same fetch share its error: one line per failed fetch, so at
         // most one per cooldown. Only the header's kid and alg ever reach here, never the token.

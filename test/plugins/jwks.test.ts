@@ -167,16 +167,23 @@ t.test('a key the provider withdrew stops verifying once the cache ages out, eve
   // keep the old keys for a cooldown (here far longer than the cache's age).
   const twin = signingKey('twin', 'RS256')
   const twinsTwin = signingKey('twin', 'RS256')
+  // Nor may a published key that cannot be imported: a private key (a provider's blunder), an EC
+  // point off its curve.
+  const leaked = signingKey('leaked', 'RS256')
+  const privateJwk = { ...leaked.privateKey.export({ format: 'jwk' }), kid: leaked.kid, alg: 'RS256', use: 'sig' }
+  const offCurve = { kty: 'EC', crv: 'P-256', x: 'AAAA', y: 'AAAA', kid: 'off-curve', alg: 'ES256', use: 'sig' }
   const faults: Array<[string, string]> = [
     ['an unknown kid', tokenFrom(stranger, 'nobody')],
     ['a kid two keys share', tokenFrom(twin)],
-    ['an HMAC alg', craftedToken({ alg: 'HS256', typ: 'JWT', kid: first.kid }, { scope: 'read:resource', exp: inOneMinute() }, 'secret')]
+    ['an HMAC alg', craftedToken({ alg: 'HS256', typ: 'JWT', kid: first.kid }, { scope: 'read:resource', exp: inOneMinute() }, 'secret')],
+    ['a published private key', tokenFrom(leaked)],
+    ['a published EC point off its curve', tokenFrom(next, offCurve.kid)]
   ]
   // Each fault gets its own provider and app, built one after another (apps share prom-client's
   // registry while they register their metrics), then run at once to share the wait.
   const scenarios = []
   for (const [fault, refused] of faults) {
-    const keySet = { keys: [jwk(first), jwk(twin), jwk(twinsTwin)] }
+    const keySet: { keys: object[] } = { keys: [jwk(first), jwk(twin), jwk(twinsTwin), privateJwk, offCurve] }
     const rotating = await serve(() => ({ keys: keySet.keys }))
     const app = await build(t, { JWT_SECRET: '', JWKS_URL: rotating.url, JWKS_CACHE_MAX_AGE_MS: '1000', JWKS_COOLDOWN_MS: '60000' })
     await app.seed(ordersFixture())
