@@ -27,6 +27,36 @@ export const MIN_RSA_BITS = 2048
 /** The provider could not be reached and no key set was ever fetched: not the token's fault. */
 export class KeySetUnavailable extends Error {}
 
+/**
+ * The most of a key set read: real ones are a few KiB (a dozen keys with their certificates), and
+ * jose would read any response whole, a gzip bomb inflated, for as long as the fetch's timeout.
+ */
+export const MAX_KEY_SET_BYTES = 1024 * 1024
+
+/** The response's body as text, refused once it is longer than MAX_KEY_SET_BYTES (decoded). */
+async function boundedText (response: Response, Refusal: new (message: string) => Error): Promise<string> {
+  const tooLarge = () => new Refusal(`The JSON Web Key Set HTTP response is larger than ${MAX_KEY_SET_BYTES} bytes`)
+  if (Number(response.headers.get('content-length')) > MAX_KEY_SET_BYTES) {
+    await response.body?.cancel()
+    throw tooLarge()
+  }
+  if (!response.body) return ''
+  const chunks: Uint8Array[] = []
+  let length = 0
+  const reader = response.body.getReader()
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) return Buffer.concat(chunks).toString('utf8')
+    length += value.byteLength
+    if (length > MAX_KEY_SET_BYTES) {
+      // Ends the connection: the rest is neither read nor waited for.
+      await reader.cancel()
+      throw tooLarge()
+    }
+    chunks.push(value)
+  }
+}
+
 /** A fetched key set's shape, as jose's createLocalJWKSet requires it: an object whose keys are objects. */
 function isKeySet (value: unknown): boolean {
   const isObject = (item: unknown) => typeof item === 'object' && item !== null && !Array.isArray(item)
@@ -69,7 +99,7 @@ export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchT
           await response.body?.cancel()
           throw new JOSEError(`Expected 200 OK from the JSON Web Key Set HTTP response, got ${response.status}`)
         }
-        const body = await response.text()
+        const body = await boundedText(response, JOSEError)
         let json: unknown
         try {
           json = JSON.parse(body)

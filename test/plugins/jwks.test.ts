@@ -4,6 +4,7 @@ import { once } from 'node:events'
 import { createServer, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { gzipSync } from 'node:zlib'
 import { createSigner } from 'fast-jwt'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
@@ -211,6 +212,58 @@ t.test('no key set was ever fetched and the provider is down → 503 keys-unavai
   t.equal(res.status, 503)
   t.equal(res.headers.get('retry-after'), '5')
   t.match(res.body, { type: '/problems/keys-unavailable', status: 503 })
+})
+
+t.test('a key set response too big to be one (16 MiB, a gzip bomb, a body that never ends) is cut at 1 MiB → 503, not read on to the timeout', async (t) => {
+  const MiB = 1024 * 1024
+  const padded = (bytes: number) => JSON.stringify({ keys: [jwk(first)], padding: ' '.repeat(bytes) })
+  const bomb = gzipSync(padded(64 * MiB))
+  let endlessSent = 0
+  const cases: Array<[string, (response: ServerResponse) => void]> = [
+    ['16 MiB', (response) => response.end(padded(16 * MiB))],
+    ['64 MiB gzipped to ' + String(bomb.length) + ' bytes', (response) => { response.setHeader('content-encoding', 'gzip'); response.end(bomb) }],
+    ['64 MiB, then nothing, never ending', (response) => {
+      // Spaces inside the set: JSON that never closes. At most 64 MiB, so a service that reads on
+      // waits for its timeout rather than running out of memory.
+      const chunk = Buffer.alloc(64 * 1024, ' ')
+      response.write('{"keys": [')
+      const pump = () => {
+        while (endlessSent < 64 * MiB && !response.destroyed) {
+          endlessSent += chunk.length
+          if (!response.write(chunk)) { response.once('drain', pump); return }
+        }
+      }
+      pump()
+    }]
+  ]
+  for (const [label, respond] of cases) {
+    const huge = await answering(respond)
+    const app = await build(t, { JWT_SECRET: '', JWKS_URL: huge.url, JWKS_FETCH_TIMEOUT_MS: '20000' })
+    const started = Date.now()
+    const res = await app.request(ordersPath(), { token: tokenFrom(first) })
+    t.equal(res.status, 503, `${label}: keys unavailable`)
+    t.ok(Date.now() - started < 10_000, `${label}: answered in ${Date.now() - started} ms, long before the fetch's timeout`)
+    await app.app.close()
+  }
+  t.ok(endlessSent < 16 * MiB, `${endlessSent} bytes of the endless body were sent before the service stopped reading`)
+})
+
+t.test('a key set that redirects (to a host of the attacker\'s, as SSRF would) or trickles a byte at a time → 503; the redirect is not followed', async (t) => {
+  const before = attacker.requests()
+  const redirecting = await answering((response) => { response.statusCode = 302; response.setHeader('location', attacker.url); response.end() })
+  const trickling = await answering((response) => {
+    response.write('{')
+    const timer = setInterval(() => response.write(' '), 100)
+    response.once('close', () => clearInterval(timer))
+  })
+  for (const [label, url] of [['a redirect', redirecting.url], ['a trickle', trickling.url]]) {
+    const app = await build(t, { JWT_SECRET: '', JWKS_URL: url, JWKS_FETCH_TIMEOUT_MS: '1000' })
+    const started = Date.now()
+    t.equal((await app.request(ordersPath(), { token: tokenFrom(stranger) })).status, 503, `${label}: keys unavailable`)
+    t.ok(Date.now() - started < 5_000, `${label}: answered within the fetch's timeout (${Date.now() - started} ms)`)
+    await app.app.close()
+  }
+  t.equal(attacker.requests(), before, 'the redirect\'s target was never fetched')
 })
 
 t.test('kid tricks (path and SQL injection, keys a server might load from them) and an embedded jwk header: nothing but the published set is used → 401', async (t) => {
