@@ -98,6 +98,33 @@ t.test('an RSA key under 2048 bits in the key set (RFC 7518 §3.3) verifies noth
   t.equal((await strict.request(ordersPath(), { token: tokenFrom(first) })).status, 200, 'a key of 2048 bits beside it still verifies')
 })
 
+t.test('keys published for something else verify nothing → 401: oct (HS256 with the published secret), use enc, key_ops without verify, another alg, another curve, another RSA alg', async (t) => {
+  const claims = { scope: 'read:resource', exp: inOneMinute() }
+  const signed = (privateKey: KeyObject, algorithm: 'RS256' | 'PS256' | 'ES384', kid: string) =>
+    createSigner({ key: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string, algorithm, kid })(claims)
+  const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 })
+  const p384 = generateKeyPairSync('ec', { namedCurve: 'P-384' })
+  const rsaJwk = rsa.publicKey.export({ format: 'jwk' })
+  const published = [
+    { kty: 'oct', k: Buffer.from('published-secret').toString('base64url'), kid: 'oct', alg: 'HS256' },
+    { ...rsaJwk, kid: 'enc', use: 'enc' },
+    { ...rsaJwk, kid: 'encrypt-only', key_ops: ['encrypt'] },
+    { ...rsaJwk, kid: 'rs384', alg: 'RS384' },
+    { ...p384.publicKey.export({ format: 'jwk' }), kid: 'p384' },
+    { ...rsaJwk, kid: 'verify', key_ops: ['verify'], use: 'sig' }
+  ]
+  const odd = await serve(() => ({ keys: published }))
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: odd.url })
+  await app.seed(ordersFixture())
+  const status = async (token: string) => (await app.request(ordersPath(), { token })).status
+  t.equal(await status(signed(rsa.privateKey, 'RS256', 'verify')), 200, 'the same RSA key, published to verify, does')
+  t.equal(await status(craftedToken({ alg: 'HS256', typ: 'JWT', kid: 'oct' }, claims, 'published-secret')), 401, 'HS256 with the published oct key')
+  t.equal(await status(craftedToken({ alg: 'none', typ: 'JWT', kid: 'verify' }, claims)), 401, 'alg none')
+  for (const kid of ['enc', 'encrypt-only', 'rs384']) t.equal(await status(signed(rsa.privateKey, 'RS256', kid)), 401, kid)
+  t.equal(await status(signed(rsa.privateKey, 'PS256', 'verify')), 401, 'PS256 with a key published without alg')
+  t.equal(await status(signed(p384.privateKey, 'ES384', 'p384')), 401, 'ES384 with a P-384 key')
+})
+
 t.test('a token whose kid names one key but was signed by another → 401 invalid_token', async (t) => {
   const res = await get(tokenFrom(stranger, first.kid))
   t.equal(res.status, 401)
