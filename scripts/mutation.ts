@@ -22,7 +22,7 @@ interface Area { name: string, mutate: string[], testFiles: string[], concurrenc
 const areas: Area[] = [
   {
     name: 'problems',
-    mutate: ['src/problems.ts', 'src/error-handler.ts', 'src/validation.ts', 'src/json-body.ts', 'src/routes/problems.ts'],
+    mutate: ['src/problems.ts', 'src/error-handler.ts', 'src/validation.ts', 'src/json-body.ts', 'src/routes/problems.ts', 'src/security-headers.ts'],
     // The routes' files before problems.test: most of the body parser's mutants are killed by
     // unauthorize.test, and many of the validators' by list.test.
     // unknown-parameters and problem-pages: the hints for unknown query parameters and the pages of
@@ -30,7 +30,7 @@ const areas: Area[] = [
     // request-timeout: the Connection: close on an answer sent before its request's body.
     testFiles: ['test/src/validation.test.ts', 'test/src/problem-catalogue.test.ts', 'test/src/problem-details.test.ts', 'test/routes/unauthorize.test.ts',
       'test/routes/list.test.ts', 'test/http/problems.test.ts', 'test/routes/grant.test.ts', 'test/http/unknown-parameters.test.ts',
-      'test/routes/problem-pages.test.ts', 'test/http/request-timeout.test.ts']
+      'test/routes/problem-pages.test.ts', 'test/http/request-timeout.test.ts', 'test/src/security-headers.test.ts']
   },
   {
     name: 'routes',
