@@ -1,7 +1,7 @@
 import { get, request } from 'node:http'
 import t from 'tap'
 import { listGrantedPermissions, listGrantedPermissionsSql } from '../../db/queries/list.js'
-import { compareListed, ordersFixture, ordersPath, shelfFixture, type SortKey } from '../support/fixtures.js'
+import { compareListed, ordersFixture, ordersPath, pathIdBounds, shelfFixture, type SortKey } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { readToken, token } from '../support/tokens.js'
 
@@ -528,15 +528,7 @@ t.test('sort_by up to 100 characters → 200; 101 characters of the same grammar
 })
 
 t.test('path ids at their bounds: 255 characters → 404 (looked up), 256 or none → 400 naming the parameter', async (t) => {
-  const cases: Array<[string, string, number, string]> = [
-    ['r'.repeat(255), 'app-a', 404, '/problems/resource-not-found'],
-    ['orders-api', 'c'.repeat(255), 404, '/problems/client-not-found'],
-    ['r'.repeat(256), 'app-a', 400, '/resource_id'],
-    ['orders-api', 'c'.repeat(256), 400, '/client_id'],
-    ['', 'app-a', 400, '/resource_id'],
-    ['orders-api', '', 400, '/client_id']
-  ]
-  for (const [resource, client, status, expected] of cases) {
+  for (const [resource, client, status, expected] of pathIdBounds) {
     const label = `${resource.length} and ${client.length} characters`
     const res = await list('', ordersPath(client, resource))
     t.equal(res.status, status, label)

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { ordersFixture, ordersPath, pathIdBounds } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { deleteToken, readToken, token } from '../support/tokens.js'
 
@@ -259,15 +259,7 @@ t.test('body sizes at their bounds: 1 id → 204, 500 → 204, [] and 501 → 40
 })
 
 t.test('path ids at their bounds: 255 characters → 404 (looked up), 256 or none → 400 naming the parameter, nothing removed', async (t) => {
-  const cases: Array<[string, string, number, string]> = [
-    ['r'.repeat(255), 'app-a', 404, '/problems/resource-not-found'],
-    ['orders-api', 'c'.repeat(255), 404, '/problems/client-not-found'],
-    ['r'.repeat(256), 'app-a', 400, '/resource_id'],
-    ['orders-api', 'c'.repeat(256), 400, '/client_id'],
-    ['', 'app-a', 400, '/resource_id'],
-    ['orders-api', '', 400, '/client_id']
-  ]
-  for (const [resource, client, status, expected] of cases) {
+  for (const [resource, client, status, expected] of pathIdBounds) {
     const label = `${resource.length} and ${client.length} characters`
     const res = await unauthorize(['p_read_orders'], ordersPath(client, resource))
     t.equal(res.status, status, label)

@@ -73,6 +73,19 @@ export const ordersPath = (client = 'app-a', resource = 'orders-api') =>
   `/resources/${encodeURIComponent(resource)}/authorized_clients/${encodeURIComponent(client)}/permissions`
 
 /** The change history of a client's grants on a resource. */
+/**
+ * Path ids at, above and below their bounds (1 to 255 characters): [resource, client, status, and
+ * the problem type of a 404 or the pointer of a 400's error].
+ */
+export const pathIdBounds: ReadonlyArray<[string, string, number, string]> = [
+  ['r'.repeat(255), 'app-a', 404, '/problems/resource-not-found'],
+  ['orders-api', 'c'.repeat(255), 404, '/problems/client-not-found'],
+  ['r'.repeat(256), 'app-a', 400, '/resource_id'],
+  ['orders-api', 'c'.repeat(256), 400, '/client_id'],
+  ['', 'app-a', 400, '/resource_id'],
+  ['orders-api', '', 400, '/client_id']
+]
+
 export const historyPath = (client = 'app-a', resource = 'orders-api') =>
   `/resources/${encodeURIComponent(resource)}/authorized_clients/${encodeURIComponent(client)}/permission_changes`
 
