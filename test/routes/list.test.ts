@@ -1,4 +1,5 @@
 import { get, request } from 'node:http'
+import { connect } from 'node:net'
 import t from 'tap'
 import { listGrantedPermissions, listGrantedPermissionsSql } from '../../db/queries/list.js'
 import { compareListed, ordersFixture, ordersPath, pathIdBounds, shelfFixture, type SortKey } from '../support/fixtures.js'
@@ -373,6 +374,45 @@ t.test('an absolute-form request target names the host: the Host header is ignor
   }
   const upper = await rawGet(`HTTP://API.example.com${ordersPath()}`, { host: 'evil.example' })
   t.match(upper.link, /^<http:\/\/API\.example\.com\/resources\//, 'the scheme in any case; the host as sent')
+})
+
+/**
+ * The Link header of a request written as it is (HTTP/1.0 without Host, say), read off the socket.
+ * The socket is not half-closed after the request: Node takes a client's FIN as an abort of the
+ * requests still in flight. HTTP/1.0 closes the connection after the answer.
+ */
+async function linkOfRaw (head: string): Promise<string | undefined> {
+  const answer = await new Promise<string>((resolve, reject) => {
+    const socket = connect(Number(new URL(harness.baseUrl).port), '127.0.0.1', () => socket.write(head))
+    let data = ''
+    socket.on('data', (chunk) => { data += chunk })
+    socket.on('end', () => resolve(data))
+    socket.on('error', reject)
+  })
+  return /^link: (.*)$/im.exec(answer)?.[1].trim()
+}
+
+t.test('an absolute-form target names the host of HTTP/1.0 without Host too', async (t) => {
+  const link = await linkOfRaw(`GET http://api.example.com${ordersPath()} HTTP/1.0\r\nAuthorization: Bearer ${readToken()}\r\n\r\n`)
+  t.match(link, /^<http:\/\/api\.example\.com\/resources\/orders-api\//)
+  const originForm = await linkOfRaw(`GET ${ordersPath()} HTTP/1.0\r\nAuthorization: Bearer ${readToken()}\r\n\r\n`)
+  t.match(originForm, /^<\/resources\/orders-api\//, 'an origin-form target without Host: path-only links')
+})
+
+t.test('behind a trusted proxy, its X-Forwarded-Host wins over an absolute-form target (the proxy\'s own hop)', async (t) => {
+  const proxied = await build(t, { TRUST_PROXY: 'true' })
+  await proxied.seed(ordersFixture())
+  const res = await rawGet(`http://internal.example:8080${ordersPath()}`, { host: 'internal.example:8080', 'x-forwarded-host': 'api.example.com' }, proxied.baseUrl)
+  t.match(res.link, /^<http:\/\/api\.example\.com\/resources\/orders-api\//)
+})
+
+t.test('a name of 255 characters with a port is linked: the bound is on the name, not the port', async (t) => {
+  const name = [63, 63, 63, 63].map((length, index) => 'abcd'[index].repeat(length)).join('.')
+  t.equal(name.length, 255)
+  for (const host of [name, `${name}:8080`]) {
+    t.match((await rawGet(ordersPath() + '?limit=2', { host })).link, `<http://${host}/`, `${host.length} characters`)
+  }
+  t.match((await rawGet(ordersPath() + '?limit=2', { host: `x${name}:8080` })).link, /^<\/resources\//, 'a 256-character name with a port: path-only')
 })
 
 t.test('Link URLs are rebuilt from the ids: nothing of the raw request line is copied', async (t) => {
