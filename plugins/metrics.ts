@@ -85,9 +85,20 @@ export default fp(async function metrics (fastify) {
     help: 'Change feed streams (GET /permission_changes, text/event-stream) open on this instance',
     collect () { this.set(feed.streams) }
   })
+  const cutHelp = 'Change feed streams cut since the start because their consumer read too slowly (FEED_STREAM_BUFFER_BYTES) or stopped reading (FEED_STALL_TIMEOUT_MS)'
+  new client.Counter({ // eslint-disable-line no-new
+    name: 'feed_streams_cut_total',
+    help: cutHelp,
+    collect () {
+      this.reset()
+      this.inc(feed.cut)
+    }
+  })
+  // The same count under its first name, a gauge, kept for the dashboards that read it: Prometheus
+  // names a count that only goes up *_total, and rate() needs a counter.
   new client.Gauge({ // eslint-disable-line no-new
     name: 'feed_streams_cut',
-    help: 'Change feed streams cut since the start because their consumer read too slowly (FEED_STREAM_BUFFER_BYTES) or stopped reading (FEED_STALL_TIMEOUT_MS)',
+    help: `${cutHelp} (deprecated: feed_streams_cut_total)`,
     collect () { this.set(feed.cut) }
   })
   const { listPages } = fastify

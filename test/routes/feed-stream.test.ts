@@ -230,7 +230,9 @@ t.test('a consumer that stops reading is cut when changes come while more than F
   }
   await until('the slow consumer cut', () => harness.app.feed.streams === 1, 60_000)
   t.equal(harness.app.feed.cut, 1, 'counted as cut')
-  t.match(await (await fetch(`${harness.baseUrl}/metrics`)).text(), /^feed_streams_cut 1$/m, 'in the metrics too')
+  const metrics = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  t.match(metrics, /^# TYPE feed_streams_cut_total counter\nfeed_streams_cut_total 1$/m, 'in the metrics too, a counter')
+  t.match(metrics, /^feed_streams_cut 1$/m, 'and under its first name, a gauge')
   t.ok(logs.lines.some((line) => line.msg === 'change feed: consumer too slow, disconnected' && line.bufferBytes === bufferBytes), 'logged')
   const recorded = (await harness.db.query<{ id: string }>('SELECT id FROM permission_changes ORDER BY id')).rows.map(({ id }) => id)
   t.equal(reader.events.length, recorded.length)
