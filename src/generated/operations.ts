@@ -31,14 +31,14 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
             "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
             "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
@@ -113,7 +113,7 @@ export const operations = {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 255,
-                "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+                "pattern": "^(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
                 "x-pattern-hint": "text without NUL characters or unpaired surrogates",
                 "description": "The `id` of a Permission.",
                 "examples": [
@@ -177,14 +177,14 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
             "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
             "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
@@ -231,7 +231,7 @@ export const operations = {
           "type": "string",
           "minLength": 1,
           "maxLength": 255,
-          "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+          "pattern": "^(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
           "x-pattern-hint": "text without NUL characters or unpaired surrogates",
           "description": "The `id` of a Permission.",
           "examples": [
@@ -274,14 +274,14 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
             "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
             "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
@@ -328,7 +328,7 @@ export const operations = {
           "type": "string",
           "minLength": 1,
           "maxLength": 255,
-          "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+          "pattern": "^(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
           "x-pattern-hint": "text without NUL characters or unpaired surrogates",
           "description": "The `id` of a Permission.",
           "examples": [
@@ -367,14 +367,14 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
             "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           },
           "client_id": {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
             "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
@@ -457,7 +457,7 @@ export const operations = {
                   "type": "string",
                   "minLength": 1,
                   "maxLength": 255,
-                  "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+                  "pattern": "^(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
                   "x-pattern-hint": "text without NUL characters or unpaired surrogates",
                   "description": "The `id` of a Permission.",
                   "examples": [
@@ -531,7 +531,7 @@ export const operations = {
             "type": "string",
             "minLength": 1,
             "maxLength": 255,
-            "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+            "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
             "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
           }
         },
@@ -589,14 +589,14 @@ export const operations = {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 255,
-                "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+                "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
                 "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
               },
               "client_id": {
                 "type": "string",
                 "minLength": 1,
                 "maxLength": 255,
-                "pattern": "^(?!\\.\\.?$)[^\\u0000\\uD800-\\uDFFF]+$",
+                "pattern": "^(?!\\.\\.?$)(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
                 "x-pattern-hint": "text without NUL characters or unpaired surrogates, other than . and .."
               },
               "action": {
@@ -615,7 +615,7 @@ export const operations = {
                   "type": "string",
                   "minLength": 1,
                   "maxLength": 255,
-                  "pattern": "^[^\\u0000\\uD800-\\uDFFF]+$",
+                  "pattern": "^(?:[^\\u0000\\uD800-\\uDFFF]|[\\uD800-\\uDBFF][\\uDC00-\\uDFFF])+$",
                   "x-pattern-hint": "text without NUL characters or unpaired surrogates",
                   "description": "The `id` of a Permission.",
                   "examples": [
