@@ -132,12 +132,12 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description Client id
+                 * @description The client's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example billing-app
                  */
                 client_id: components["parameters"]["ClientId"];
                 /**
-                 * @description Resource id
+                 * @description The resource's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example orders-api
                  */
                 resource_id: components["parameters"]["ResourceId"];
@@ -172,12 +172,12 @@ export interface paths {
             header?: never;
             path: {
                 /**
-                 * @description Client id
+                 * @description The client's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example billing-app
                  */
                 client_id: components["parameters"]["ClientId"];
                 /**
-                 * @description Resource id
+                 * @description The resource's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example orders-api
                  */
                 resource_id: components["parameters"]["ResourceId"];
@@ -274,6 +274,13 @@ export interface components {
         Health: {
             /** @enum {string} */
             status: "ok";
+        };
+        InsufficientScopeProblem: components["schemas"]["Problem"] & {
+            /**
+             * @description The scope the operation needs (as `WWW-Authenticate`'s `scope`; space-separated if ever several).
+             * @example read:resource
+             */
+            required_scope: string;
         };
         Permission: {
             /**
@@ -469,7 +476,7 @@ export interface components {
                 [name: string]: unknown;
             };
             content: {
-                "application/problem+json": components["schemas"]["Problem"];
+                "application/problem+json": components["schemas"]["InsufficientScopeProblem"];
             };
         };
         /** @description The request headers are larger than the server accepts (128 KiB). */
@@ -580,7 +587,7 @@ export interface components {
     };
     parameters: {
         /**
-         * @description Client id
+         * @description The client's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
          * @example billing-app
          */
         ClientId: components["schemas"]["EntityId"];
@@ -645,7 +652,7 @@ export interface components {
          */
         IfNoneMatchOnChange: components["schemas"]["EntityTags"];
         /**
-         * @description Resource id
+         * @description The resource's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
          * @example orders-api
          */
         ResourceId: components["schemas"]["EntityId"];
@@ -901,12 +908,12 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description Client id
+                 * @description The client's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example billing-app
                  */
                 client_id: components["parameters"]["ClientId"];
                 /**
-                 * @description Resource id
+                 * @description The resource's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example orders-api
                  */
                 resource_id: components["parameters"]["ResourceId"];
@@ -1011,12 +1018,12 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description Client id
+                 * @description The client's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example billing-app
                  */
                 client_id: components["parameters"]["ClientId"];
                 /**
-                 * @description Resource id
+                 * @description The resource's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example orders-api
                  */
                 resource_id: components["parameters"]["ResourceId"];
@@ -1112,12 +1119,12 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description Client id
+                 * @description The client's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example billing-app
                  */
                 client_id: components["parameters"]["ClientId"];
                 /**
-                 * @description Resource id
+                 * @description The resource's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example orders-api
                  */
                 resource_id: components["parameters"]["ResourceId"];
@@ -1205,12 +1212,12 @@ export interface operations {
             };
             path: {
                 /**
-                 * @description Client id
+                 * @description The client's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example billing-app
                  */
                 client_id: components["parameters"]["ClientId"];
                 /**
-                 * @description Resource id
+                 * @description The resource's id, compared exactly; one path segment, so percent-encoded (`/` as `%2F`, a space as `%20`).
                  * @example orders-api
                  */
                 resource_id: components["parameters"]["ResourceId"];
