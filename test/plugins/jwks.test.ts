@@ -275,6 +275,66 @@ t.test('a key set response too big to be one (16 MiB, a gzip bomb, a body that n
   t.ok(endlessSent < 16 * MiB, `${endlessSent} bytes of the endless body were sent before the service stopped reading`)
 })
 
+const FETCH_FAILED = 'the key set could not be fetched'
+const fetchFailures = (lines: Array<Record<string, unknown>>) => lines.filter((line) => line.msg === FETCH_FAILED)
+
+t.test('a Content-Length over 1 MiB is refused before the body is read → 503 at once; a key set of exactly 1 MiB, counted or chunked, verifies → 200', async (t) => {
+  const MiB = 1024 * 1024
+  const unpadded = JSON.stringify({ keys: [jwk(first)], padding: '' })
+  const exactlyOneMiB = JSON.stringify({ keys: [jwk(first)], padding: ' '.repeat(MiB - unpadded.length) })
+  t.equal(Buffer.byteLength(exactlyOneMiB), MiB)
+  const cases: Array<[string, (response: ServerResponse) => void, number]> = [
+    // The headers and nothing more: a service that waited for the body would wait for its timeout.
+    ['Content-Length 1 MiB + 1, no body sent', (response) => { response.writeHead(200, { 'content-length': String(MiB + 1) }); response.flushHeaders() }, 503],
+    ['exactly 1 MiB, with its Content-Length', (response) => response.end(exactlyOneMiB), 200],
+    ['exactly 1 MiB, chunked', (response) => { response.write(exactlyOneMiB.slice(0, 1000)); response.end(exactlyOneMiB.slice(1000)) }, 200]
+  ]
+  for (const [label, respond, status] of cases) {
+    const server = await answering(respond)
+    const app = await build(t, { JWT_SECRET: '', JWKS_URL: server.url, JWKS_FETCH_TIMEOUT_MS: '20000' })
+    await app.seed(ordersFixture())
+    const started = Date.now()
+    t.equal((await app.request(ordersPath(), { token: tokenFrom(first) })).status, status, label)
+    t.ok(Date.now() - started < 10_000, `${label}: answered in ${Date.now() - started} ms, long before the fetch's timeout`)
+    await app.app.close()
+  }
+})
+
+t.test('a key set answer that is JSON but not a key set is a failed fetch, logged: 503 before any set was fetched (never 401), and the last set still verifies after', async (t) => {
+  // jose would refuse each of these too, but as the token's fault: a 401 while the provider is broken.
+  const shapes = ['null', '"keys"', '[]', '{}', '{"keys":"x"}', '{"keys":{}}', '{"keys":[1]}', '{"keys":[null]}', '{"keys":[[]]}',
+    JSON.stringify({ keys: [jwk(first), 1] })]
+  let body = ''
+  const shaped = await answering((response) => response.end(body))
+  const logs = captureLogs()
+  const COOLDOWN = 100
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: shaped.url, JWKS_COOLDOWN_MS: String(COOLDOWN), JWKS_CACHE_MAX_AGE_MS: '1000', LOG_LEVEL: 'warn' }, { logs: logs.stream })
+  await app.seed(ordersFixture())
+  const status = async () => (await app.request(ordersPath(), { token: tokenFrom(first) })).status
+  const notAKeySet = (shape: string) => {
+    const failures = fetchFailures(logs.lines)
+    t.match(failures.at(-1), { level: 40, url: shaped.url, reason: /^The JSON Web Key Set HTTP response is not a key set/, code: 'ERR_JOSE_GENERIC' }, `${shape}: logged`)
+    return failures.length
+  }
+  let lines = 0
+  for (const shape of shapes) {
+    body = shape
+    await sleep(COOLDOWN + 50) // past the last failure's cooldown: fetched again
+    t.equal(await status(), 503, `${shape} before any set: keys unavailable`)
+    t.equal(notAKeySet(shape), ++lines, `${shape}: one line`)
+  }
+  body = JSON.stringify({ keys: [jwk(first)] })
+  await sleep(COOLDOWN + 50)
+  t.equal(await status(), 200, 'a key set at last')
+  await sleep(1_100) // past the cache's age: each request below fetches the set again
+  for (const shape of shapes) {
+    body = shape
+    await sleep(COOLDOWN + 50)
+    t.equal(await status(), 200, `${shape} after a set: the last one verifies`)
+    t.equal(notAKeySet(shape), ++lines, `${shape} after a set: one line`)
+  }
+})
+
 t.test('a key set that redirects (to a host of the attacker\'s, as SSRF would) or trickles a byte at a time → 503; the redirect is not followed', async (t) => {
   const before = attacker.requests()
   const redirecting = await answering((response) => { response.statusCode = 302; response.setHeader('location', attacker.url); response.end() })
@@ -327,14 +387,14 @@ t.test('production JWKS over plain http: on a loopback host it starts quietly; e
   }
 })
 
-const FETCH_FAILED = 'the key set could not be fetched'
-const fetchFailures = (lines: Array<Record<string, unknown>>) => lines.filter((line) => line.msg === FETCH_FAILED)
-
-t.test('a failed fetch of the key set is logged as a warning naming JWKS_URL and why (refused, 500, not JSON, timed out), never the token', async (t) => {
+t.test('a failed fetch of the key set is logged as a warning naming JWKS_URL and why (refused, 500, 204, not JSON, too large, timed out), never the token', async (t) => {
   const cases: Array<[string, string, RegExp, string]> = [
     ['a closed port', `http://127.0.0.1:${await freePort()}/jwks.json`, /^fetch failed: connect ECONNREFUSED 127\.0\.0\.1:\d+$/, 'ECONNREFUSED'],
     ['a 500', (await answering((response) => { response.statusCode = 500; response.end('{"keys":[]}') })).url, /Expected 200 OK/, 'ERR_JOSE_GENERIC'],
     ['not JSON', (await answering((response) => response.end('<html>maintenance</html>'))).url, /Failed to parse the JSON Web Key Set HTTP response as JSON: .*JSON/, 'ERR_JOSE_GENERIC'],
+    // A 204 has no body at all to discard.
+    ['a 204', (await answering((response) => { response.statusCode = 204; response.end() })).url, /^Expected 200 OK from the JSON Web Key Set HTTP response, got 204$/, 'ERR_JOSE_GENERIC'],
+    ['too large', (await answering((response) => response.end(' '.repeat(1024 * 1024 + 1)))).url, /^The JSON Web Key Set HTTP response is larger than 1048576 bytes$/, 'ERR_JOSE_GENERIC'],
     ['no answer', (await answering(() => {})).url, /^request timed out: .*timeout/, 'ERR_JWKS_TIMEOUT']
   ]
   for (const [label, url, reason, code] of cases) {
