@@ -72,12 +72,14 @@ export function jwtKeyOf (config: Config): JwtKey | undefined {
   }
   if (key.asymmetricKeyType === 'rsa') {
     // RFC 7518 §3.3; the key set's keys (JWKS_URL) are held to the same (key-set.ts).
+    // Stryker disable next-line OptionalChaining: Node describes every RSA key it loads, its modulus length included
     const bits = key.asymmetricKeyDetails?.modulusLength ?? 0
     if (bits < MIN_RSA_BITS) throw new Error(`Invalid configuration: JWT_PUBLIC_KEY is an RSA key of ${bits} bits; RS256 needs ${MIN_RSA_BITS} or more`)
     return { kind: 'public-key', algorithms: ['RS256'], publicKey }
   }
-  // Stryker disable next-line OptionalChaining: Node describes every EC key it loads, its curve included
-  if (key.asymmetricKeyType === 'ec' && key.asymmetricKeyDetails?.namedCurve === 'prime256v1') {
+  // Only an EC key has a curve.
+  // Stryker disable next-line OptionalChaining: Node describes every key it loads (an Ed25519 key with no fields)
+  if (key.asymmetricKeyDetails?.namedCurve === 'prime256v1') {
     return { kind: 'public-key', algorithms: ['ES256'], publicKey }
   }
   throw new Error('Invalid configuration: JWT_PUBLIC_KEY must be an RSA key (RS256) or a P-256 EC key (ES256)')

@@ -1,10 +1,11 @@
 import { generateKeyPairSync, randomBytes } from 'node:crypto'
+import { connect } from 'node:net'
 import { createSigner } from 'fast-jwt'
 import Fastify from 'fastify'
 import t, { type Test } from 'tap'
 import type { ObservedResponse } from '../support/contract.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import auth, { VerifiedTokens } from '../../plugins/auth/index.js'
+import auth, { grantedScopes, issuedInTheFuture, publicRoute, tokenAcceptedUntil, VerifiedTokens } from '../../plugins/auth/index.js'
 import { build, type Harness } from '../support/harness.js'
 import { until } from '../support/waiting.js'
 import { craftedToken, ecKeyPair, inOneMinute, now, readToken, rsaKeyPair, TEST_SECRET, token } from '../support/tokens.js'
@@ -564,4 +565,54 @@ t.test('VerifiedTokens: kept until the token\'s exp and at most a minute, the ol
   full.add('token-1000', claims(at / 1000 + 3600), scopes, at)
   t.notOk(full.get('token-0', at), 'the thousand-and-first drops the oldest')
   t.ok(full.get('token-1', at) && full.get('token-1000', at), 'and only it')
+})
+
+t.test('tokenAcceptedUntil: the token\'s exp with the 30 s of clock skew, in ms, first use or kept; Infinity on a public route (no token)', async (t) => {
+  const extended = await build(t, {}, {
+    extend: async (fastify) => {
+      fastify.get('/accepted-until', async (request) => ({ until: String(tokenAcceptedUntil(request)) }))
+      fastify.get('/public/accepted-until', { config: publicRoute }, async (request) => ({ until: String(tokenAcceptedUntil(request)) }))
+    }
+  })
+  const exp = inOneMinute()
+  const timed = token({ exp })
+  for (const use of ['first', 'second']) {
+    t.same((await extended.request('/accepted-until', { token: timed })).body, { until: String(exp * 1000 + 30_000) }, `${use} use`)
+  }
+  t.same((await extended.request('/public/accepted-until')).body, { until: 'Infinity' }, 'public, no token')
+  t.same((await extended.request('/public/accepted-until', { token: timed })).body, { until: 'Infinity' }, 'public, a token not looked at')
+})
+
+t.test('grantedScopes: the names of a space-delimited scope, none empty; of an array, only its strings', async (t) => {
+  t.same([...grantedScopes({ scope: ' read:resource  delete:resource ' }, ['scope'])], ['read:resource', 'delete:resource'], 'spaces around and between')
+  t.same([...grantedScopes({ scp: 'read:resource  openid' }, ['scp'])], ['read:resource', 'openid'], 'scp as a string')
+  t.same([...grantedScopes({ scp: ['read:resource', 42, null, ['openid'], { openid: true }, 'openid'] }, ['scp'])], ['read:resource', 'openid'], 'scp as an array')
+  t.same([...grantedScopes({ scope: '' }, ['scope', 'scp'])], [], 'an empty scope: none')
+})
+
+t.test('issuedInTheFuture: an iat up to exactly the 30 s of clock skew ahead is believed; a millisecond more is not', async (t) => {
+  const at = 1_800_000_000_000
+  t.equal(issuedInTheFuture({}, at), false, 'no iat')
+  t.equal(issuedInTheFuture({ iat: at / 1000 }, at), false, 'now')
+  t.equal(issuedInTheFuture({ iat: (at + 30_000) / 1000 }, at), false, 'exactly the skew ahead')
+  t.equal(issuedInTheFuture({ iat: (at + 30_001) / 1000 }, at), true, 'a millisecond more')
+})
+
+t.test('two Authorization lines are one comma-joined field: neither line\'s token is taken, nor a token split across them, even one already accepted', async (t) => {
+  const port = Number(new URL(harness.baseUrl).port)
+  const raw = (authorizationLines: string[]) => new Promise<string>((resolve, reject) => {
+    const lines = authorizationLines.map((line) => `Authorization: ${line}\r\n`).join('')
+    const socket = connect(port, '127.0.0.1', () => socket.write(`GET ${ordersPath()} HTTP/1.1\r\nHost: x\r\n${lines}Connection: close\r\n\r\n`))
+    let data = ''
+    socket.on('data', (chunk) => { data += chunk })
+    socket.on('end', () => resolve(data))
+    socket.on('error', reject)
+  })
+  const valid = readToken()
+  t.match(await raw([`Bearer ${valid}`]), /^HTTP\/1\.1 200 /, 'one line (the control)')
+  const invalid = /^HTTP\/1\.1 401 [\s\S]*\r\nwww-authenticate: Bearer error="invalid_token", error_description="The access token is invalid"\r\n/i
+  t.match(await raw([`Bearer ${valid}`, `Bearer ${valid}`]), invalid, 'the same token twice')
+  t.match(await raw([`Bearer ${valid}`, 'Bearer x']), invalid, 'a valid token, then another')
+  const cut = valid.length - 10
+  t.match(await raw([`Bearer ${valid.slice(0, cut)}`, valid.slice(cut)]), invalid, 'the token kept since its first use, split across the lines')
 })
