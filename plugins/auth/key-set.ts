@@ -83,6 +83,11 @@ export function fetchFailureOf (error: unknown): { reason: string, code?: string
   return { reason: messages.join(': ') || String(error), code }
 }
 
+/** Whether the key set may be fetched at `now` (ms): a cooldown has passed since the last failed fetch, to the millisecond. */
+export function mayFetch (now: number, failedAt: number, cooldownMs: number): boolean {
+  return now - failedAt >= cooldownMs
+}
+
 /** Resolves a token header's kid and alg to the PEM of the provider's matching public key. */
 export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchTimeoutMs }: KeySetOptions, log: KeySetLog) {
   // jose is loaded here, where a key set is configured, not by every start of the service (about
@@ -128,7 +133,7 @@ export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchT
 
   async function select (header: JWSHeaderParameters) {
     const { createLocalJWKSet, remote } = await jose
-    if (Date.now() - failedAt >= cooldownMs) {
+    if (mayFetch(Date.now(), failedAt, cooldownMs)) {
       try {
         return await remote(header)
       } catch (error) {

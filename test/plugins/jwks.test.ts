@@ -8,7 +8,7 @@ import { gzipSync } from 'node:zlib'
 import { createSigner } from 'fast-jwt'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
-import { fetchFailureOf } from '../../plugins/auth/key-set.js'
+import { fetchFailureOf, mayFetch } from '../../plugins/auth/key-set.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
@@ -443,4 +443,12 @@ t.test("a failed fetch's log fields: the messages down its causes, the first cod
   looping.cause = looping
   t.same(fetchFailureOf(looping), { reason: 'again: again: again', code: undefined }, 'a cause chain that loops ends')
   t.same(fetchFailureOf('a string'), { reason: 'a string', code: undefined }, 'not an object: as text')
+})
+
+t.test('mayFetch: after a failed fetch, the key set is fetched again once its cooldown has passed, at its last millisecond too', async (t) => {
+  const at = 1_800_000_000_000
+  t.equal(mayFetch(at, -Infinity, 1000), true, 'no fetch failed yet')
+  t.equal(mayFetch(at + 999, at, 1000), false, 'within the cooldown')
+  t.equal(mayFetch(at + 1000, at, 1000), true, 'exactly the cooldown after')
+  t.equal(mayFetch(at + 1001, at, 1000), true, 'after')
 })
