@@ -217,12 +217,15 @@ export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket
   const problem = status === 408
     ? requestTimedOut()
     : new Problem({ status, detail: status === 431 ? 'The request headers are larger than the server accepts.' : 'The request is not valid HTTP.' })
-  // A request whose headers arrived has an id, logged on its lines: its 408 carries it too. Its
-  // line saying 408 is errorHandler's, once the read of its body fails.
-  const request = status === 408 && inFlight?.req?.complete === false ? inFlight.req : undefined
+  // A request whose headers arrived, its body still arriving, has an id, logged on its lines: the
+  // answer to it (a 408, or a 400 for a body malformed on the wire) carries it too. The line
+  // saying 408 is errorHandler's, once the read of its body fails.
+  // Stryker disable next-line OptionalChaining: Node gives every response its request
+  const request = inFlight?.req?.complete === false ? inFlight.req : undefined
   const id = request && requestIdGiven(request)
-  if (request) timedOut.add(request)
-  const body = JSON.stringify(id === undefined ? problem.toJSON() : { ...problem.toJSON(), request_id: id })
+  if (request && status === 408) timedOut.add(request)
+  // Without an id, request_id is undefined, which JSON leaves out.
+  const body = JSON.stringify({ ...problem.toJSON(), request_id: id })
   // nosniff, as on every answer (src/security-headers.ts).
   socket.end(`HTTP/1.1 ${status} ${statusPhrase(status)}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n${NOSNIFF.name}: ${NOSNIFF.value}\r\n` +
     (id === undefined ? '' : `X-Request-Id: ${id}\r\n`) +

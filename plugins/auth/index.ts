@@ -148,6 +148,10 @@ function fromKeySet (publicKeyOf: ReturnType<typeof keySetResolver>) {
   return async (_request: FastifyRequest, token: TokenOrHeader) => publicKeyOf('header' in token ? token.header : token)
 }
 
+// fast-jwt's TTL of a refusal time cannot change, beside its clock tolerance: about the tolerance.
+// Stryker disable next-line UnaryOperator: kept 2 ms longer, a refusal changes no answer
+const REFUSAL_CACHE_TTL = -1
+
 export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audiences, type, scopeClaims, maxLifetimeS }) {
   // grantedScopes would read any other claim in every shape: refused at start rather than guessed at.
   const unknownClaim = scopeClaims.find((claim) => !SCOPE_CLAIMS.has(claim))
@@ -171,10 +175,7 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
       // refusals do not change with time, but a refusal costs no signature check to repeat (the
       // token's text decides); how long they are kept (about the tolerance) changes no answer.
       // Stryker disable next-line ConditionalExpression,ArrowFunction: keeping no refusal answers the same, slower (the nbf test kills keeping every one)
-      errorCacheTTL: (error: TokenError) => error.code === TokenError.codes.inactive
-        ? -Infinity
-        // Stryker disable next-line UnaryOperator: a refusal time cannot change, kept 2 ms longer, changes no answer
-        : -1,
+      errorCacheTTL: (error: TokenError) => error.code === TokenError.codes.inactive ? -Infinity : REFUSAL_CACHE_TTL,
       // Verified tokens are remembered (keyed by a hash of the token) until their exp/nbf change
       // the answer, and at most a minute, so a key withdrawn from the key set stops working soon.
       // Signature checks were most of the CPU of a request (RS256: ~40 µs).
