@@ -8,6 +8,7 @@ import fastifySwagger from '@fastify/swagger'
 import fastifySwaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { noneMatchNames } from '../src/entity-tags.js'
 import { specJsonPath } from '../src/project-root.js'
 
 // Swagger UI's pages and files are served under this policy: everything from this origin only, no
@@ -66,20 +67,14 @@ async function publicDocs (fastify: FastifyInstance) {
   // The document is the same for the process's life: written once, sent with a strong ETag, and a
   // client that holds it (If-None-Match, weak comparison) gets 304 instead of its ~60 KB again.
   const documentText = JSON.stringify(fastify.swagger())
-  const documentTag = `"${createHash('sha256').update(documentText).digest('base64url')}"`
+  const documentHash = createHash('sha256').update(documentText).digest('base64url')
   fastify.get('/openapi.json', async (request, reply) => {
-    reply.header('etag', documentTag).header('cache-control', 'no-cache')
-    if (namesTag(request.headers['if-none-match'], documentTag)) return reply.code(304).send()
+    reply.header('etag', `"${documentHash}"`).header('cache-control', 'no-cache')
+    if (noneMatchNames(request.headers['if-none-match'], documentHash)) return reply.code(304).send()
     return reply.type('application/json; charset=utf-8').send(documentText)
   })
   // Someone who opens the service's root in a browser is looking for the docs.
   fastify.get('/', async (_request, reply) => reply.redirect('/docs', 302))
-}
-
-/** Whether an If-None-Match names `tag` (weak comparison, RFC 9110 §13.1.2), or is `*`. */
-function namesTag (header: string | undefined, tag: string): boolean {
-  if (header === undefined) return false
-  return header.trim() === '*' || header.split(',').some((listed) => listed.trim().replace(/^W\//, '') === tag)
 }
 
 export default fp(async function docs (fastify) {

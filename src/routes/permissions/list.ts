@@ -6,7 +6,8 @@ import { operations } from '../../generated/operations.js'
 import { problems } from '../../problems.js'
 import { collectionUrl, pageLinks } from '../links.js'
 import { consistencyTokenOf, sendConsistencyToken } from '../consistency.js'
-import { etagOf, ifMatchVersions, newestOf, noneMatchFails, versionsNamed } from './preconditions.js'
+import { noneMatchNames } from '../../entity-tags.js'
+import { etagOf, ifMatchVersions, newestOf, versionsNamed } from './preconditions.js'
 import { assertClientAuthorized } from './target.js'
 
 type List = Operations['listClientPermissions']
@@ -51,7 +52,7 @@ export default async function listPermissions (fastify: FastifyInstance) {
       // If-Match first (RFC 9110 §13.2.2): a caller walking the pages of one version gets none of another.
       if (ifMatch !== undefined && !ifMatch.includes(version)) throw problems.pageVersionChanged()
       reply.header('etag', etagOf(version))
-      if (noneMatchFails(noneMatch, version)) return reply.code(304).send()
+      if (noneMatchNames(noneMatch, version)) return reply.code(304).send()
       reply.header('x-total-count', result.total)
       reply.header('link', pageLinks(collectionUrl(request, resourceId, clientId), { limit, page, sortBy, total: result.total }))
       reply.type('application/json; charset=utf-8')

@@ -3,17 +3,10 @@
 // hash of a page, so every page, order and HEAD of the list carries the same tag, and a DELETE or
 // POST can name it in If-Match.
 
+import { entityTagsOf } from '../../entity-tags.js'
+
 /** The strong entity tag of a version. */
 export const etagOf = (version: string): string => `"${version}"`
-
-// A header that reaches a route has passed the spec's pattern (components/schemas/EntityTags): `*`
-// alone, or entity-tags with only commas, spaces and tabs between them. Every quoted string is
-// then one tag, and a `"` can only open or close one.
-const entityTag = /(W\/)?"([^"]*)"/g
-
-function entityTagsOf (header: string): Array<{ weak: boolean, opaque: string }> {
-  return [...header.matchAll(entityTag)].map(([, weak, opaque]) => ({ weak: weak !== undefined, opaque }))
-}
 
 // A version as PostgreSQL writes it. Versions come from a bigint sequence that starts at 1, so a
 // tag with a leading zero, "0", or a number past bigint (which the database would refuse with an
@@ -21,13 +14,6 @@ function entityTagsOf (header: string): Array<{ weak: boolean, opaque: string }>
 const versionText = /^[1-9][0-9]{0,18}$/
 const LARGEST_BIGINT = 9223372036854775807n
 const isVersion = (opaque: string) => versionText.test(opaque) && BigInt(opaque) <= LARGEST_BIGINT
-
-/** If-None-Match (weak comparison): true when it names the current version, or is `*`. */
-export function noneMatchFails (header: string | undefined, version: string): boolean {
-  if (header === undefined) return false
-  if (header === '*') return true
-  return entityTagsOf(header).some(({ opaque }) => opaque === version)
-}
 
 /**
  * The versions an If-Match accepts (strong comparison: weak tags never match); undefined when there
