@@ -16,6 +16,7 @@ import { TapConfig } from '@tapjs/config'
 import { build } from 'esbuild'
 import { type Command, helpOf, isEntryPoint, usageError } from '../src/command-line.js'
 import { projectRoot, testBuildDir } from '../src/project-root.js'
+import { tapBuiltFor } from './tap-build.js'
 import { runWithTestDatabase } from './test-database.js'
 
 const command = {
@@ -84,6 +85,7 @@ async function main (args: string[]): Promise<number> {
   } catch (error) {
     return usageError(command, (error as Error).message.split('. To specify a positional argument')[0])
   }
+  if (!await tapBuiltFor(tapConfig)) return 1
   await buildTests()
   const tapArgs = args.map(asBuilt)
   if (tapConfig.positionals.length === 0) tapArgs.push(...await everyTestFile())
