@@ -413,10 +413,10 @@ t.test('a change feed stream through the gateway: sent through as written, open 
   t.equal(stream.headers['content-type'], 'text/event-stream; charset=utf-8')
   await stream.until('the retry field', () => stream.retries.length === 1, 10_000)
   t.equal(stream.outcome, undefined, 'received while the response is open: the gateway passes it on, it does not hold the response')
-  // Three idle timeouts without a change: only heartbeats go through.
-  await sleep(3 * idleTimeoutMs)
-  t.equal(stream.outcome, undefined, 'still open after three idle timeouts')
-  t.ok(stream.comments.length >= 3 && stream.comments.every((comment) => comment === 'heartbeat'), `${stream.comments.length} heartbeats arrived as they were sent`)
+  // Two idle timeouts without a change: only heartbeats go through.
+  await sleep(2 * idleTimeoutMs)
+  t.equal(stream.outcome, undefined, 'still open after two idle timeouts')
+  t.ok(stream.comments.length >= 2 && stream.comments.every((comment) => comment === 'heartbeat'), `${stream.comments.length} heartbeats arrived as they were sent`)
   t.same(stream.events, [])
 
   const removed = await send(port, 'DELETE', collection, { body: JSON.stringify([permissionId(30)]) })
@@ -710,9 +710,9 @@ t.test('a body sent a byte a second → 408 problem from the gateway at 10 s, co
 })
 
 t.test('the topology stops cleanly: replicas exit 0 on SIGTERM, the gateway on SIGTERM', async (t) => {
-  for (const [index, replica] of replicas.entries()) {
-    t.equal(await stop(`replica ${index + 1}`, replica), 0, `replica ${index + 1}`)
-  }
+  // Together, as an orchestrator stopping the deployment does: each waits out SHUTDOWN_DELAY_MS.
+  const exits = await Promise.all(replicas.map((replica, index) => stop(`replica ${index + 1}`, replica)))
+  t.same(exits, [0, 0], 'both replicas exit 0')
   await stop('the gateway', gateway)
   await db.end()
 })
