@@ -139,8 +139,8 @@ export async function measureKeptPages (options: KeptPagesOptions): Promise<Kept
     await start('off', 0)
     const pageBytes = (await (await fetch(variants[0].url + paths[0], { headers })).arrayBuffer()).byteLength
     await start('all')
-    // A kept page costs its body and about 400 bytes more (src/page-cache.ts): room for a quarter of the readers'.
-    await start('quarter', Math.round(READERS / 4 * (pageBytes + 400)))
+    // A kept page costs its body and about 700 bytes more (src/page-cache.ts): room for a quarter of the readers'.
+    await start('quarter', Math.round(READERS / 4 * (pageBytes + 700)))
 
     // The guard: a variant that answered less (a 401, a 404, a shorter page) would look cheap.
     const guard: Check[] = []

@@ -1,8 +1,10 @@
 // The list's page cache on its own: what it keeps, what it lets go first, and what it counts.
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import { type KeptPage, PageCache } from '../../src/page-cache.js'
 
-const ENTRY = 200 // src/page-cache.ts's estimate of an entry's own cost
+const ENTRY = 512 // src/page-cache.ts's estimate of an entry's own cost
 const pageOf = (version: string, bytes: number): KeptPage => ({ version, body: Buffer.alloc(bytes, 'x') })
 const sizeOf = (key: string, page: KeptPage) => page.body.length + 2 * (key.length + page.version.length) + ENTRY
 
@@ -84,4 +86,23 @@ t.test('a page served after it was replaced counts, and leaves the newer one in 
   cache.served('a', older)
   t.equal(cache.candidate('a'), newer)
   t.equal(cache.hits, 1)
+})
+
+t.test('many small pages (a client with a few grants, pages past the end) stay within the budget: an entry costs what is counted', async (t) => {
+  // A full collection before each reading, so that the heap holds what is alive and nothing else.
+  setFlagsFromString('--expose-gc')
+  const gc = runInNewContext('gc') as () => void
+  const budget = 16 * 1024 * 1024
+  const alive = () => { gc(); gc(); const { heapUsed, arrayBuffers } = process.memoryUsage(); return heapUsed + arrayBuffers }
+  for (const text of ['[]', `[${'{"id":"p_read_orders","name":"read:orders"},'.repeat(4)}{"id":"p"}]`]) {
+    const cache = new PageCache(budget)
+    const before = alive()
+    // Keys as the route makes them: the same client, one page after another past the end.
+    for (let page = 0; cache.bytes < budget - 4096; page++) {
+      cache.built(JSON.stringify(['orders-api', 'app-a', 'name.asc', 50, page]), { version: '1042', body: Buffer.from(text) })
+    }
+    const held = alive() - before
+    t.ok(held <= budget, `pages of ${text.length} bytes: ${(held / 1048576).toFixed(1)} MiB on the heap and in buffers for a budget of 16 MiB`)
+    t.ok(cache.candidate(JSON.stringify(['orders-api', 'app-a', 'name.asc', 50, 0])), 'and all kept (none went, the budget not yet reached)')
+  }
 })
