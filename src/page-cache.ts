@@ -74,8 +74,9 @@ export class PageCache {
 const sizeOf = (key: string, page: KeptPage) => page.body.length + 2 * (key.length + page.version.length) + ENTRY_BYTES
 
 // A small Buffer.from() is a slice of a block of 8 KiB that Node shares between buffers: kept, a
-// page of a few hundred bytes would keep the whole block alive, outside the budget.
-const ownsItsMemory = (body: Buffer) => body.byteOffset === 0 && body.byteLength === body.buffer.byteLength
+// page of a few hundred bytes would keep the whole block alive, outside the budget. (A body as
+// long as its block starts where the block does.)
+const ownsItsMemory = (body: Buffer) => body.byteLength === body.buffer.byteLength
 
 function copyOf (body: Buffer): Buffer {
   const copy = Buffer.allocUnsafeSlow(body.byteLength)

@@ -32,6 +32,10 @@ t.test('a small page cut out of a block Node shares between buffers is kept in m
   const own = pageOf('8', 5_000)
   cache.built('b', own)
   t.equal(cache.candidate('b'), own, 'already its own: not copied')
+  // The first slice of a block starts where the block does, and still shares it.
+  const first = { version: '9', body: Buffer.from(new ArrayBuffer(8192), 0, 100).fill('x') }
+  cache.built('c', first)
+  t.equal(cache.candidate('c')!.body.buffer.byteLength, 100, 'a slice at the start of a block: copied too')
 })
 
 t.test('a page built again replaces the one kept, and its bytes', async (t) => {
