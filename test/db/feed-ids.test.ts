@@ -206,6 +206,20 @@ t.test('a prune records the largest id it deleted in permission_changes_pruned; 
   t.same((await pool.query('SELECT count(*)::int AS n FROM permission_changes_pruned')).rows, [{ n: 1 }], 'one row')
 })
 
+t.test('a prune whose DELETE fails (a lock wait past lock_timeout) rejects, deletes nothing, and its connection is closed, not put back', async (t) => {
+  const pool = await database(t)
+  await record(pool, 1, '40 days')
+  // SHARE mode lets the prune's first read through and holds its DELETE.
+  const holder = await connection(t, pool)
+  await holder.query('BEGIN; LOCK TABLE permission_changes IN SHARE MODE')
+  const impatient = new pg.Pool({ connectionString: pool.options.connectionString, max: 1, options: '-c lock_timeout=200' })
+  t.teardown(() => impatient.end())
+  await t.rejects(pruneChanges(impatient, 30), { code: '55P03' })
+  t.equal(impatient.totalCount, 0, 'the connection whose transaction failed was closed, not put back')
+  await holder.query('ROLLBACK')
+  t.same((await pool.query('SELECT count(*)::int AS n FROM permission_changes')).rows, [{ n: 1 }], 'nothing deleted')
+})
+
 t.test('a prune never leaves a change below its mark: ages out of feed order wait for the changes before them', async (t) => {
   const pool = await database(t)
   // A writer that gives `at` itself (a backfill) records a newer change first, then an older one.
