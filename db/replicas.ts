@@ -47,6 +47,8 @@ export class ReplicaSet extends EventEmitter {
   readonly #probeIntervalMs: number
   // The primary's positions over the last maxLag + a few intervals, oldest first.
   readonly #samples: PrimarySample[] = []
+  // The primary's first position probed: how long a replica behind it had lagged before is unknown.
+  #firstLsn: bigint | undefined
   #next = 0
   readonly #reportedDown = new Set<Replica>()
   readonly #downAt = new Map<Replica, number>()
@@ -99,6 +101,7 @@ export class ReplicaSet extends EventEmitter {
       this.primaryReachable = true
       const now = performance.now()
       this.#samples.push({ lsn: parseLsn(row.lsn)!, at: now })
+      this.#firstLsn ??= this.#samples[0].lsn
       // Kept for maxLag and four intervals more, and the one sample before: enough to tell that a
       // replica lags, so the lag reads at most about that (db_replica_lag_seconds says so).
       while (this.#samples.length > 2 && now - this.#samples[1].at > this.#maxLagMs + 4 * this.#probeIntervalMs) this.#samples.shift()
@@ -155,16 +158,28 @@ export class ReplicaSet extends EventEmitter {
   }
 
   /**
+   * Whether a replica's lag is within maxLag (any lag while the primary is down: stale reads then
+   * beat none). The primary's positions are known only since the first probe: a replica that has
+   * not replayed the first one may have been behind it for an hour (or lack the tables the
+   * migrations just made), so it is not within any bound until it has.
+   */
+  #withinLag (replica: Replica): boolean {
+    const lag = this.lagMs(replica)
+    if (lag === undefined) return true
+    return lag <= this.#maxLagMs && replica.replayed >= this.#firstLsn!
+  }
+
+  /**
    * A replica for a read, round robin among those that may answer it: up, and having replayed
-   * `after` when the caller has seen that position, else lagging at most maxLag (any lag while the
-   * primary is down: stale reads then beat none). The reason when there is none.
+   * `after` when the caller has seen that position, else within the lag bound (#withinLag). The
+   * reason when there is none.
    */
   choose (after?: bigint): Replica | NoReplica {
     const up = this.replicas.filter((replica) => replica.up)
     if (up.length === 0) return 'none_up'
     const fresh = after !== undefined
       ? up.filter((replica) => replica.replayed >= after)
-      : up.filter((replica) => (this.lagMs(replica) ?? 0) <= this.#maxLagMs)
+      : up.filter((replica) => this.#withinLag(replica))
     if (fresh.length === 0) return after !== undefined ? 'behind_token' : 'lagging'
     this.#next = (this.#next + 1) % fresh.length
     return fresh[this.#next]

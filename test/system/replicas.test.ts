@@ -345,6 +345,32 @@ t.test('a replica believed past the token but behind it when read: its position 
   t.same(fallbacks, ['behind_token'], 'the replica, asked first, had not replayed the token: the primary answered')
 })
 
+t.test('a service started while the replica has not replayed its migrations: its reads go to the primary (no 500 for a table the replica lacks); replayed, the replica takes them', async (t) => {
+  const database = 'started_behind'
+  await primary.query(`CREATE DATABASE ${database}`)
+  t.teardown(async () => {
+    await cluster.resumeReplay()
+    await primary.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+  })
+  await cluster.waitForReplay()
+  await cluster.pauseReplay()
+  const on = (url: string) => Object.assign(new URL(url), { pathname: `/${database}` }).toString()
+  // A bound a replica that lacks the tables is well within, by the time measured since the start.
+  const started = await service(t, { DATABASE_URL: on(cluster.primaryUrl), DATABASE_REPLICA_URLS: on(cluster.replicaUrl), DATABASE_REPLICA_MAX_LAG_MS: '600000' })
+  const before = await readCounts(started)
+  const read = await call(started, 'GET', ordersPath())
+  t.equal(read.status, 404, `the primary, migrated and empty, answers: no such resource (${read.status} ${JSON.stringify(read.body)})`)
+  const after = await readCounts(started)
+  t.equal(after['fallback:lagging'] - (before['fallback:lagging'] ?? 0), 1, 'the replica, behind the primary\'s position at the start, lags by an unknown time')
+  await cluster.resumeReplay()
+  await cluster.waitForReplay()
+  await until('the replica takes reads', async () => {
+    const mark = (await readCounts(started))['read:replica-1'] ?? 0
+    t.equal((await call(started, 'GET', ordersPath())).status, 404)
+    return ((await readCounts(started))['read:replica-1'] ?? 0) > mark
+  })
+})
+
 // Last: prom-client's registry is one per process, and the newest app's counters are the ones served.
 t.test('lag bound: a replica further behind than DATABASE_REPLICA_MAX_LAG_MS answers no read without a token; caught up, it does again', async (t) => {
   const strict = await service(t, { DATABASE_REPLICA_MAX_LAG_MS: '300' })
