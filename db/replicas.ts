@@ -170,17 +170,19 @@ export class ReplicaSet extends EventEmitter {
   }
 
   /**
-   * A replica for a read, round robin among those that may answer it: up, and having replayed
-   * `after` when the caller has seen that position, else within the lag bound (#withinLag). The
-   * reason when there is none.
+   * A replica for a read, round robin among those that may answer it: up, within the lag bound
+   * (#withinLag), and having replayed `after` when the caller has seen that position. A token is
+   * a floor, not a waiver of the bound: a caller passing on the tokens a stalled replica gave it
+   * would otherwise be answered from its state for as long as it stalls. The reason when there is
+   * none.
    */
   choose (after?: bigint): Replica | NoReplica {
     const up = this.replicas.filter((replica) => replica.up)
     if (up.length === 0) return 'none_up'
-    const fresh = after !== undefined
-      ? up.filter((replica) => replica.replayed >= after)
-      : up.filter((replica) => this.#withinLag(replica))
-    if (fresh.length === 0) return after !== undefined ? 'behind_token' : 'lagging'
+    const recent = up.filter((replica) => this.#withinLag(replica))
+    if (recent.length === 0) return 'lagging'
+    const fresh = after === undefined ? recent : recent.filter((replica) => replica.replayed >= after)
+    if (fresh.length === 0) return 'behind_token'
     this.#next = (this.#next + 1) % fresh.length
     return fresh[this.#next]
   }

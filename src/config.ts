@@ -34,7 +34,7 @@ const schema = {
     // history and the change feed's polled pages) may be answered by one; writes never are. Unset:
     // every statement on DATABASE_URL.
     DATABASE_REPLICA_URLS: { type: 'string', pattern: '^ *postgres(ql)?://[^,]+( *, *postgres(ql)?://[^,]+)* *$' },
-    // A read without Consistency-Token goes to a replica only while its lag is at most this: a
+    // A read goes to a replica only while its lag is at most this (and, with a Consistency-Token, once it has replayed it): a
     // second, about what a caller without a token notices of a change made elsewhere, and well
     // above the probe's own resolution (DATABASE_REPLICA_PROBE_INTERVAL_MS).
     DATABASE_REPLICA_MAX_LAG_MS: { type: 'integer', minimum: 0, maximum: 3600000, default: 1000 },
