@@ -752,7 +752,7 @@ export interface operations {
                     "Cache-Control"?: string;
                     "Consistency-Token": components["headers"]["Consistency-Token"];
                     /**
-                     * @description RFC 8288 link to poll from next (polling only), carrying `after`, `limit` and `resource_id`.
+                     * @description RFC 8288 link to poll from next (polling only), carrying `after`, `limit` and `resource_id`. With `resource_id`, a page that is not full links on from where the feed stands, past the other resources' changes it skipped.
                      * @example <http://localhost:3000/permission_changes?after=11456300564480&limit=50>; rel="next"
                      */
                     Link?: string;

@@ -73,7 +73,9 @@ t.test('the change feed: a typed poll from a typed cursor, the next link; a curs
   const last = polled.data?.at(-1)
   t.same(last && { resource: last.resource_id, client: last.client_id, action: last.action, ids: last.permission_ids },
     { resource: 'orders-api', client: 'app-a', action: 'unauthorized', ids: ['p_read_invoices'] })
-  t.match(polled.response.headers.get('link'), new RegExp(`[?&]after=${last?.id}&limit=500&resource_id=orders-api>; rel="next"$`))
+  // A page of one resource, not full: its link goes on from below the horizon, at or past its last change.
+  const linked = /[?&]after=([0-9]+)&limit=500&resource_id=orders-api>; rel="next"$/.exec(polled.response.headers.get('link') ?? '')
+  t.ok(linked !== null && last !== undefined && BigInt(linked[1]) >= BigInt(last.id), 'the next link, from at least the last change')
   t.same((await poll(last?.id)).data, [], 'nothing after the last change')
   const refused = await poll('not-an-id')
   t.equal(refused.response.status, 400)

@@ -375,6 +375,32 @@ t.test('a reader that started on an empty feed and follows its next link is answ
   t.match(resumed.body, { type: '/problems/changes-pruned', pruned_through: gone })
 })
 
+t.test('a reader of one resource that rarely changes, polling on, is not told 410 for a prune of other resources\' changes after its last one; one that missed a change of its own is', async (t) => {
+  // Before the reader's first poll: an empty page's link (where the feed stands), from below what follows.
+  const early = nextOf(await poll('?resource_id=quiet-api'))
+  // The quiet resource's only change, then other resources' changes after it, all long ago.
+  const [quiet] = await recordedBySql([{ resource: 'quiet-api', ago: '41 days', requestId: 'quiet' }])
+  const others = await recordedBySql([{ ago: '40 days', requestId: 'other-1' }, { ago: '40 days', requestId: 'other-2' }])
+  await settled(3)
+  const page = await poll('?resource_id=quiet-api')
+  t.same(page.entries.map(({ id }) => id), [quiet], 'its change')
+  const again = await follow(nextOf(page))
+  t.same(again.entries, [], 'nothing newer of its resource')
+  await recordedBySql([{ ago: '2 days', requestId: 'kept' }])
+  await settled(4)
+  t.equal(await pruneChanges(harness.db, 30), 3)
+
+  for (const [what, next] of [['the first page', nextOf(page)], ['the empty page after it', nextOf(again)]] as const) {
+    const resumed = await follow(next)
+    t.equal(resumed.status, 200, `from ${what}'s next link: it has seen every change of its resource that was pruned`)
+    t.same(resumed.entries, [], what)
+    t.ok(BigInt(next.searchParams.get('after')!) >= BigInt(others[1]), `${what}: the link is past the other resources' changes it was shown none of`)
+  }
+  const missed = await follow(early)
+  t.equal(missed.status, 410, 'a reader whose cursor is below its resource\'s pruned change is told')
+  t.match(missed.body, { type: '/problems/changes-pruned', pruned_through: others[1] })
+})
+
 t.test('many POSTs and DELETEs at once on several authorizations: the feed holds each change once, as the histories do, and replays to the grants', async (t) => {
   const orders = ['read', 'create', 'update', 'delete'].flatMap((verb) => ['orders', 'invoices', 'refunds'].map((noun) => `p_${verb}_${noun}`))
   const targets: Array<{ resource: string, client: string, ids: string[] }> = [

@@ -42,8 +42,14 @@ export default async function changeFeed (fastify: FastifyInstance) {
     // Always a next link: an empty page is polled again from the same place. Without a cursor, that
     // place is just below the horizon (every change below it is final, and none is kept): from no
     // cursor, a reader coming back after a prune of changes recorded since would start again past
-    // them without a 410.
-    const next = page.changes.at(-1)?.id ?? afterParameter ?? String(BigInt(page.horizon) - 1n)
+    // them without a 410. A page of one resource that is not full has every change of it below the
+    // horizon: its link goes on from there (never back: a cursor past a replica's horizon stays),
+    // not from its last change, so that a prune of other resources' changes after that one, which
+    // the mark cannot tell apart, answers a reader that has missed nothing 410.
+    const below = String(BigInt(page.horizon) - 1n)
+    const next = resourceId !== undefined && page.changes.length < limit
+      ? (afterParameter !== undefined && BigInt(afterParameter) > BigInt(below) ? afterParameter : below)
+      : page.changes.at(-1)?.id ?? afterParameter ?? below
     const query = new URLSearchParams({ ...(next === undefined ? {} : { after: next }), limit: String(limit), ...(resourceId === undefined ? {} : { resource_id: resourceId }) })
     reply.header('link', `<${siteUrl(request, '/permission_changes')}?${query.toString()}>; rel="next"`)
     // Entries as PostgreSQL wrote them, in the spec's shape (the contract tests check every answer),
