@@ -8,6 +8,12 @@ export const feedPage = (changes: readonly FeedChange[]): string => `[${changes.
 
 export const feedEvent = (change: FeedChange): Buffer => Buffer.from(`id: ${change.id}\ndata: ${change.entry}\n\n`)
 
+/**
+ * An id without data: EventSource fires no event for it, but keeps the id as its Last-Event-ID
+ * (HTML Living Standard §9.2.6, "dispatch the event", steps 1-2), to resume from.
+ */
+export const cursorEvent = (id: bigint): Buffer => Buffer.from(`id: ${id}\n\n`)
+
 /** A comment line: ignored by EventSource, it keeps a gateway from closing an idle stream. */
 export const HEARTBEAT = Buffer.from(': heartbeat\n\n')
 

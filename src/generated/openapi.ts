@@ -45,7 +45,10 @@ export interface paths {
          *     text/event-stream`, Server-Sent Events: each entry as an event whose `id:` is the entry's
          *     `id` and whose `data:` is its JSON, from `after` or the `Last-Event-ID` header (which wins),
          *     and then each new change within about a second of its commit; a comment line (`:`) at least
-         *     every `FEED_HEARTBEAT_MS` (10 s) keeps gateways from closing an idle stream. A consumer that
+         *     every `FEED_HEARTBEAT_MS` (10 s) keeps gateways from closing an idle stream. With
+         *     `resource_id`, an idle stream may also send an `id:` line alone (no data, so no event): the
+         *     cursor, past other resources' changes, that EventSource keeps as its `Last-Event-ID`, so that
+         *     a prune of those changes does not answer its resumption 410. A consumer that
          *     reads slower than changes arrive is disconnected once more than `FEED_STREAM_BUFFER_BYTES`
          *     wait for it besides the last page it was given, and resumes with `Last-Event-ID`; so is one
          *     that takes none of what waits for it for `FEED_STALL_TIMEOUT_MS` (60 s); beyond `FEED_MAX_STREAMS` open streams on a replica a

@@ -424,6 +424,33 @@ t.test('a stream ends, cleanly, once the token that opened it is no longer accep
   t.equal(harness.app.feed.cut, 0, 'not counted as a consumer cut for its pace')
 })
 
+t.test('resource_id: an idle stream moves its Last-Event-ID past the other resources\' changes, so resuming after a prune of them is no 410; resuming from its last event is', async (t) => {
+  const harness = await build(t, { FEED_HEARTBEAT_MS: '100' })
+  // The quiet resource's only change, then other resources' changes after it, all long ago (by SQL:
+  // the history cannot be aged).
+  const { rows: [quiet] } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+    VALUES (now() - interval '41 days', 'quiet-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'quiet') RETURNING id::text`)
+  const { rows: [other] } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+    VALUES (now() - interval '40 days', 'orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'other') RETURNING id::text`)
+  await poll(harness)
+
+  const s = await stream(t, harness, '?resource_id=quiet-api')
+  await s.until('its resource\'s change', () => s.events.length === 1)
+  t.same(ids(s.events), [quiet.id])
+  await s.until('a Last-Event-ID past the other resource\'s change', () => s.lastEventId !== '' && BigInt(s.lastEventId) >= BigInt(other.id), 10_000)
+  t.same(ids(s.events), [quiet.id], 'no event more: EventSource fires none for an id without data')
+  s.close()
+
+  await harness.db.query(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+    VALUES (now() - interval '2 days', 'orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'kept')`)
+  await poll(harness)
+  t.equal(await pruneChanges(harness.db, 30), 2)
+  const resumed = await stream(t, harness, '?resource_id=quiet-api', { headers: { 'last-event-id': s.lastEventId } })
+  t.equal(resumed.status, 200, 'resumed as EventSource would: it missed nothing of its resource')
+  const fromItsEvent = await stream(t, harness, '?resource_id=quiet-api', { headers: { 'last-event-id': quiet.id } })
+  t.equal(fromItsEvent.status, 410, 'from its last event, below the other resource\'s pruned change: it cannot be told what it missed')
+})
+
 t.test('a cursor past every change: the stream is given none of the changes below it, live', async (t) => {
   const harness = await build(t)
   await harness.seed(ordersFixture())

@@ -11,8 +11,13 @@ export interface SseEvent { id?: string, data: string }
 export interface SseStream {
   status: number
   headers: IncomingHttpHeaders
-  /** Events in the order received. */
+  /** Events in the order received (a block without data is none: EventSource fires nothing for it). */
   events: SseEvent[]
+  /**
+   * What EventSource would send as Last-Event-ID on reconnecting: the last `id:` field of a block
+   * dispatched, with or without data (HTML Living Standard §9.2.6, "dispatch the event", step 1).
+   */
+  readonly lastEventId: string
   /** Comment lines' text (": heartbeat" → "heartbeat"), in order. */
   comments: string[]
   /** Each `retry:` field's value. */
@@ -62,9 +67,11 @@ export function openStream (url: string, { headers = {}, method = 'GET', paused 
       let pending = ''
       let id: string | undefined
       let data: string[] = []
+      let lastEventId = ''
       const line = (text: string) => {
         if (text === '') {
-          if (data.length > 0 || id !== undefined) events.push({ ...(id === undefined ? {} : { id }), data: data.join('\n') })
+          if (id !== undefined) lastEventId = id
+          if (data.length > 0) events.push({ ...(id === undefined ? {} : { id }), data: data.join('\n') })
           id = undefined
           data = []
           return
@@ -99,6 +106,7 @@ export function openStream (url: string, { headers = {}, method = 'GET', paused 
         status: res.statusCode!,
         headers: res.headers,
         events,
+        get lastEventId () { return lastEventId },
         comments,
         retries,
         text: () => Buffer.concat(chunks).toString('utf8'),

@@ -11,7 +11,7 @@ import { once } from 'node:events'
 import type { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { FEED_PAGE_SIZE, HEARTBEAT, RECONNECT_AFTER } from '../../feed-events.js'
+import { cursorEvent, FEED_PAGE_SIZE, HEARTBEAT, RECONNECT_AFTER } from '../../feed-events.js'
 import type { EncodedChange, FeedSubscriber } from '../../feed-hub.js'
 import { tokenAcceptedUntil } from '../../../plugins/auth/index.js'
 import type { OpenStream } from '../../../plugins/feed.js'
@@ -29,6 +29,8 @@ class EventStream implements FeedSubscriber, OpenStream {
   closed = false
   /** Whether the stream's first bytes (the retry field) are written: no heartbeat comes before them. */
   #started = false
+  /** The cursor the consumer resumes from: its Last-Event-ID (or `after`), then the last id sent. */
+  #sentThrough: bigint
   /** Bytes of the last write: a consumer keeping up may still be reading them. */
   #lastWrite = 0
   /** Bytes pushed for the consumer since the start. */
@@ -51,7 +53,7 @@ class EventStream implements FeedSubscriber, OpenStream {
     private readonly onPruned: (prunedThrough: bigint) => void,
     private readonly onExpired: () => void
   ) {
-    this.after = after === undefined ? -1n : BigInt(after)
+    this.after = this.#sentThrough = after === undefined ? -1n : BigInt(after)
   }
 
   /** Bytes written for the consumer and not yet taken by it (beyond the kernel's socket buffer). */
@@ -62,9 +64,10 @@ class EventStream implements FeedSubscriber, OpenStream {
   write (changes: readonly EncodedChange[], live: boolean): void {
     if (live && this.#fallenBehind()) return
     this.#lastWrite = 0
-    for (const { bytes } of changes) {
+    for (const { id, bytes } of changes) {
       this.#push(bytes)
       this.#lastWrite += bytes.length
+      this.#sentThrough = id
     }
   }
 
@@ -90,7 +93,17 @@ class EventStream implements FeedSubscriber, OpenStream {
     if (waiting === 0 || taken > this.#taken) {
       this.#taken = Math.max(taken, this.#taken)
       this.#takenSince = now
-      if (waiting === 0) this.#push(HEARTBEAT)
+      if (waiting === 0) {
+        this.#push(HEARTBEAT)
+        // One resource's stream: every change of it up to its cursor was sent, and other resources'
+        // changes moved the cursor on. Its consumer resumes from there, not from its last event: the
+        // prune mark is one for the whole feed, and a prune of those other changes would answer it
+        // 410 for nothing. (Without a filter, nothing lies between the last event and the cursor.)
+        if (this.resourceId !== undefined && this.after > this.#sentThrough) {
+          this.#sentThrough = this.after
+          this.#push(cursorEvent(this.after))
+        }
+      }
     } else if (now - this.#takenSince >= this.stallTimeoutMs) {
       this.#cut('stalled')
     }
