@@ -2,7 +2,8 @@
 // Builds a throwaway embedded cluster (or uses DATABASE_URL, which it fills: use an empty database),
 // generates GRANTS grants (default 1,000,000) inside PostgreSQL with generate_series — the same
 // data as npm run bench (db/bench-data.ts) — and prints EXPLAIN (ANALYZE, BUFFERS) of each
-// statement as the service runs it (prepared, generic plan).
+// statement as the service runs it (prepared, generic plan). A failure (a DATABASE_URL that cannot
+// be reached, or does not answer within MIGRATIONS_CONNECTION_WAIT_MS) is one line and exit 1.
 import pg from 'pg'
 import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT } from '../db/bench-data.js'
 import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
@@ -13,6 +14,8 @@ import { unauthorizeSql } from '../db/queries/change.js'
 import { listGrantedPermissionsSql } from '../db/queries/list.js'
 import { parseSortBy } from '../db/queries/sort.js'
 import { type Command, isEntryPoint, readCommandLine, usageError } from '../src/command-line.js'
+import { loadConfig } from '../src/config.js'
+import { failureOf } from './database.js'
 
 const command = {
   usage: 'npm run -s db:explain [-- GRANTS]',
@@ -23,7 +26,7 @@ const command = {
   allowPositionals: true
 } satisfies Command
 
-/** Returns the exit code: 0 explained (or --help), 2 bad arguments. */
+/** Returns the exit code: 0 explained (or --help), 1 failed (the reason in one line on stderr), 2 bad arguments. */
 async function main (args: string[]): Promise<number> {
   const commandLine = readCommandLine(command, args)
   if (typeof commandLine === 'number') return commandLine
@@ -32,9 +35,23 @@ async function main (args: string[]): Promise<number> {
   const total = Number(positionals[0] ?? 1_000_000)
   if (!Number.isInteger(total) || total < 2_000) return usageError(command, 'GRANTS must be an integer of at least 2000')
 
-  const database = await givenOrThrowawayPostgres(process.env.DATABASE_URL)
+  try {
+    await explainAll(total)
+  } catch (error) {
+    // As the db: commands say it (scripts/database.ts): one line, no stack trace.
+    console.error(`No plan was explained: ${failureOf(error)}`)
+    return 1
+  }
+  return 0
+}
 
-  const pool = new pg.Pool({ connectionString: database.url, max: 1 })
+async function explainAll (total: number): Promise<void> {
+  const config = loadConfig()
+  const database = await givenOrThrowawayPostgres(config.DATABASE_URL)
+
+  // A server that never answers fails the command after MIGRATIONS_CONNECTION_WAIT_MS, as the db:
+  // commands' connections do, rather than hanging it.
+  const pool = new pg.Pool({ connectionString: database.url, max: 1, connectionTimeoutMillis: config.MIGRATIONS_CONNECTION_WAIT_MS })
   // The throwaway server stops right after; its goodbye to an idle connection is expected.
   pool.on('error', () => {})
   try {
@@ -65,7 +82,6 @@ async function main (args: string[]): Promise<number> {
     await pool.end()
     await database.stop()
   }
-  return 0
 }
 
 if (isEntryPoint(import.meta.url)) process.exitCode = await main(process.argv.slice(2))

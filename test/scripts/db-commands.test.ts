@@ -154,7 +154,9 @@ t.test('a database that cannot be reached, or never answers: one line saying so,
   const commands = [
     { script: 'db-migrate.ts', args: [], says: 'The migrations were not applied: the database cannot be reached (' },
     { script: 'db-seed.ts', args: [file], says: `Nothing was loaded. ${file}: the database cannot be reached (` },
-    { script: 'db-prune-changes.ts', args: ['--older-than', '30'], says: 'Nothing was pruned: the database cannot be reached (' }
+    { script: 'db-prune-changes.ts', args: ['--older-than', '30'], says: 'Nothing was pruned: the database cannot be reached (' },
+    // db:explain on DATABASE_URL: it printed pg's stack trace (refused) and waited for ever (silent).
+    { script: 'explain-queries.ts', args: ['2000'], says: 'No plan was explained: the database cannot be reached (' }
   ]
   const cases = commands.flatMap((command) => [
     { ...command, what: 'refused', url: refusedUrl },
