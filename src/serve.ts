@@ -11,7 +11,7 @@ import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
 import type { RunningPostgres } from '../db/embedded-postgres.js'
 import { isDatabaseUnavailable } from '../db/errors.js'
-import { DEMO_SEED_ACTOR, seedDatabase, type SeedData } from '../db/seed.js'
+import { DEMO_SEED_ACTOR, SeedError, seedDatabase, type SeedData } from '../db/seed.js'
 import app, { serverOptions } from './app.js'
 import { jwtKeyOf } from '../plugins/auth/key.js'
 import { type Config, hasJwtKey, isProduction, loadStartupConfig } from './config.js'
@@ -90,11 +90,25 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
   let demoLoaded = ''
   if (localDatabase) {
     const demo = JSON.parse(await readFile(join(projectRoot, 'db', 'demo-data.json'), 'utf8')) as Required<SeedData>
-    // Grants a user removed are granted again: the history says so, by a named actor (db/seed.ts).
-    await seedDatabase(fastify.db, demo, { recordAs: { sub: DEMO_SEED_ACTOR, requestId: `${DEMO_SEED_ACTOR}-${randomUUID()}` } })
-    const [first] = demo.authorizations
-    demoLoaded = `Demo data loaded (db/demo-data.json): try resource_id=${first.resource_id}, client_id=${first.client_id} ` +
-      `(${first.permission_ids?.length ?? 0} grants).`
+    try {
+      // Grants a user removed are granted again: the history says so, by a named actor (db/seed.ts).
+      await seedDatabase(fastify.db, demo, { recordAs: { sub: DEMO_SEED_ACTOR, requestId: `${DEMO_SEED_ACTOR}-${randomUUID()}` } })
+      const [first] = demo.authorizations
+      demoLoaded = `Demo data loaded (db/demo-data.json): try resource_id=${first.resource_id}, client_id=${first.client_id} ` +
+        `(${first.permission_ids?.length ?? 0} grants).`
+    } catch (error) {
+      // Data of the developer's own in .data/ (npm run db:seed) that the demo's conflicts with: the
+      // service starts on it, none of the demo loaded (one transaction), and says why. Anything else
+      // (the database gone) stops the start, in one line as well.
+      const said = `The demo data (db/demo-data.json) was not loaded: ${(error as Error).message}`
+      if (!(error instanceof SeedError)) {
+        console.error(said)
+        await fastify.close()
+        await localDatabase.stop()
+        process.exit(1)
+      }
+      console.error(said)
+    }
   }
 
   try {

@@ -1,16 +1,25 @@
 // What `npm start` gives a laptop beyond the configuration (src/local-dev.ts): here, the demo
 // token's scopes and lifetime. Its printing is run by .ci/smoke-start, which uses the token for a DELETE and the
 // POST that undoes it.
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
+import pg from 'pg'
 import t from 'tap'
 import { parse } from 'yaml'
+import { freePort, startEmbeddedPostgres } from '../../db/embedded-postgres.js'
+import { migrateDatabase } from '../../db/migrate.js'
+import { seedDatabase } from '../../db/seed.js'
 import { loadConfig } from '../../src/config.js'
 import { demoToken, everyScope, lifetimeText } from '../../src/local-dev.js'
-import { projectRoot } from '../../src/project-root.js'
+import { migrationsDir, projectRoot } from '../../src/project-root.js'
+import { endsWithTest } from '../support/at-exit.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
+import { projectCopy } from '../support/server-process.js'
 import { TEST_SECRET } from '../support/tokens.js'
+import { until } from '../support/waiting.js'
 
 t.test('the demo token carries every scope an operation of the spec asks for, each once, and nothing else', async (t) => {
   type Security = Array<Record<string, string[]>>
@@ -45,4 +54,42 @@ t.test('lifetimeText says a lifetime as people do', async (t) => {
   t.equal(lifetimeText(12 * 3600), '12 h')
   t.equal(lifetimeText(600), '10 min')
   t.equal(lifetimeText(90), '90 s')
+})
+
+t.test('npm start on a local database whose data the demo data conflicts with: it starts without the demo data, saying why in one line', async (t) => {
+  const { args, clusterDir } = await projectCopy(t)
+  const port = await freePort()
+  // The developer's own data, loaded before (npm run db:seed on the same .data/): read:orders on
+  // orders-api under an id of theirs, where the demo data names it perm_read_orders.
+  const cluster = await startEmbeddedPostgres({ dataDir: clusterDir, port })
+  try {
+    const pool = new pg.Pool({ connectionString: cluster.url, max: 1 })
+    try {
+      await migrateDatabase(pool, migrationsDir)
+      await seedDatabase(pool, { resources: [{ id: 'orders-api' }], permissions: [{ id: 'my_read_orders', resource_id: 'orders-api', name: 'read:orders' }] })
+    } finally {
+      await pool.end()
+    }
+  } finally {
+    await cluster.stop()
+  }
+
+  const child = endsWithTest(spawn(process.execPath, args, {
+    env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', EMBEDDED_POSTGRES_PORT: String(port), MAX_EVENT_LOOP_DELAY_MS: '0' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  }))
+  t.teardown(() => { child.kill('SIGKILL') })
+  let stdout = ''
+  let stderr = ''
+  child.stdout.on('data', (chunk) => { stdout += chunk })
+  child.stderr.on('data', (chunk) => { stderr += chunk })
+  // It failed the start with the seed's error and a stack trace (an unhandled rejection), exit 1.
+  await until('the token printed, or the process gone', () => /export TOKEN=/.test(stdout) || child.exitCode !== null, 120_000)
+  t.equal(child.exitCode, null, `still running\n${stdout}\n${stderr}`)
+  t.equal(stderr, 'The demo data (db/demo-data.json) was not loaded: permissions[0] "perm_read_orders": conflicts with an existing row ' +
+    '(Key (resource_id, name)=(orders-api, read:orders) already exists.)\n', 'one line on stderr, no stack trace')
+  t.notMatch(stdout, /Demo data loaded/, 'no claim that it was')
+  child.kill('SIGTERM')
+  const [code] = child.exitCode !== null ? [child.exitCode] : await once(child, 'exit')
+  t.equal(code, 0, 'stops as usual')
 })
