@@ -8,6 +8,9 @@ import { everyScope, signToken, withLocalDefaults } from '../src/local-dev.js'
 import { type Command, type Output, isEntryPoint, processOutput, readCommandLine, usageError } from '../src/command-line.js'
 
 const DEFAULT_LIFETIME_S = 3600
+// A century, as db:prune-changes's longest age: past a number's range fast-jwt signs no exp at all,
+// a token the service refuses.
+const MAX_LIFETIME_S = 36500 * 86400
 
 const command = {
   usage: 'npm run -s token -- [--scope SCOPES] [--expires-in SECONDS]',
@@ -17,7 +20,7 @@ const command = {
     scope: { type: 'string', value: 'SCOPES', default: everyScope.join(' '), about: 'the scopes it carries, space-separated' },
     // No default for parseArgs: without the option the lifetime is the shorter of an hour and the
     // service's bound (JWT_MAX_LIFETIME_S), and only one asked for is refused past that bound.
-    'expires-in': { type: 'string', value: 'SECONDS', about: 'how long it is valid (default: 3600, or JWT_MAX_LIFETIME_S if shorter)' }
+    'expires-in': { type: 'string', value: 'SECONDS', about: 'how long it is valid, at most 100 years (default: 3600, or JWT_MAX_LIFETIME_S if shorter)' }
   }
 } satisfies Command
 
@@ -27,7 +30,9 @@ export async function tokenCommand (args: string[], env: Record<string, string |
   if (typeof commandLine === 'number') return commandLine
   const { values } = commandLine
   const asked = values['expires-in']
-  if (asked !== undefined && (!/^\d+$/.test(asked) || Number(asked) <= 0)) return usageError(command, '--expires-in must be a positive whole number of seconds', io)
+  if (asked !== undefined && (!/^\d+$/.test(asked) || Number(asked) <= 0 || Number(asked) > MAX_LIFETIME_S)) {
+    return usageError(command, `--expires-in must be a positive whole number of seconds, at most ${MAX_LIFETIME_S} (100 years)`, io)
+  }
   if (!values.scope.trim()) return usageError(command, '--scope must name at least one scope', io)
 
   let config: Config

@@ -60,7 +60,7 @@ t.test('--help prints the usage and the options with their defaults, and signs n
   t.equal(stderr, '')
   t.match(stdout, /^usage: npm run -s token -- \[--scope SCOPES\] \[--expires-in SECONDS\]\n/)
   t.match(stdout, /\n {2}--scope SCOPES +the scopes it carries, space-separated \(default: [^)]*create:resource[^)]*\)\n/)
-  t.match(stdout, /\n {2}--expires-in SECONDS +how long it is valid \(default: 3600, or JWT_MAX_LIFETIME_S if shorter\)\n/)
+  t.match(stdout, /\n {2}--expires-in SECONDS +how long it is valid, at most 100 years \(default: 3600, or JWT_MAX_LIFETIME_S if shorter\)\n/)
   t.match(stdout, /\n {2}-h, --help +print this help and exit\n$/)
   t.notMatch(stdout, /[\w-]+\.[\w-]+\.[\w-]+\n/, 'no token')
 })
@@ -69,8 +69,12 @@ t.test('bad arguments get one line on stderr, ending with the usage, and exit 2'
   const usage = ' (usage: npm run -s token -- [--scope SCOPES] [--expires-in SECONDS])'
   const cases = [
     [['read:resource'], "Unexpected argument 'read:resource'"],
-    [['--expires-in', 'abc'], '--expires-in must be a positive whole number of seconds'],
-    [['--expires-in', '0'], '--expires-in must be a positive whole number of seconds'],
+    [['--expires-in', 'abc'], '--expires-in must be a positive whole number of seconds, at most 3153600000 (100 years)'],
+    [['--expires-in', '0'], '--expires-in must be a positive whole number of seconds, at most 3153600000 (100 years)'],
+    // Past a number's range: signed without exp (fast-jwt drops a lifetime that is not finite),
+    // which the service refuses (401), exit 0. A century is the bound, as db:prune-changes's.
+    [['--expires-in', '9'.repeat(400)], '--expires-in must be a positive whole number of seconds, at most 3153600000 (100 years)'],
+    [['--expires-in', '3153600001'], '--expires-in must be a positive whole number of seconds, at most 3153600000 (100 years)'],
     [['--scope', ' '], '--scope must name at least one scope']
   ] as Array<[string[], string]>
   // One process each, all at once.
@@ -111,6 +115,14 @@ t.test('the token is one the service accepts under each token setting that conce
     const res = await service.request(ordersPath(), { token: printed.stdout.trim() })
     t.equal(res.status, 200, `${name}: ${JSON.stringify(res.body)}`)
   }
+})
+
+t.test('--expires-in at its bound, a century, signs a token the service accepts', async (t) => {
+  const printed = await token(['--expires-in', '3153600000'])
+  t.equal(printed.code, 0, printed.stderr)
+  t.equal(printed.stderr, '')
+  const claims = createVerifier({ key: TEST_SECRET })(printed.stdout.trim())
+  t.equal(claims.exp - claims.iat, 3153600000)
 })
 
 t.test('--expires-in over JWT_MAX_LIFETIME_S is refused, as the service would refuse the token', async (t) => {
