@@ -5,7 +5,7 @@
 // that line is written here instead, once the span is open (serverOptions gives Fastify
 // IncomingLineAfterSpan).
 import { context } from '@opentelemetry/api'
-import { LogController, type RouteHandlerMethod } from 'fastify'
+import { type FastifyReply, type FastifyRequest, LogController, type RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Logger } from 'pino'
 import { requestContext, requestSpan, type Tracing } from '../src/tracing.js'
@@ -21,8 +21,41 @@ export class IncomingLineAfterSpan extends LogController {
 
 export interface TracingOptions { tracing: Tracing }
 
+type ErrorHook = (request: FastifyRequest, reply: FastifyReply, error: Error, done: () => void) => void
+type SendHook = (request: FastifyRequest, reply: FastifyReply, payload: unknown, done: (error: null, payload: unknown) => void) => void
+// The error a request failed with, kept from its onError hooks until its status is known.
+const kFailedWith = Symbol('tracing: the request failed with')
+type Failed = FastifyRequest & { [kFailedWith]: Error | null }
+
+/**
+ * @fastify/otel marks the request span as an error from its onError hook (the route's last), for
+ * any error thrown: a refused token, a 404, a 412 too. Fastify runs onError hooks before the error
+ * handler has chosen the status, and a status once ERROR cannot be unset. HTTP's conventions for a
+ * server span: a 4xx leaves the status unset (the client's doing), a 5xx is an error. So its hook
+ * only keeps the error, and it is recorded (status, message, exception) just before the span ends
+ * (its onSend hook, the route's last), and only when the answer is a 5xx.
+ */
+function errorOnlyWhenServerError (route: { onError?: unknown, onSend?: unknown }): void {
+  const onError = [route.onError ?? []].flat() as ErrorHook[]
+  const onSend = [route.onSend ?? []].flat() as SendHook[]
+  const recordError = onError.at(-1)
+  const endSpan = onSend.at(-1)
+  // A route @fastify/otel does not trace (a probe) has neither.
+  if (recordError?.name !== 'recordErrorInSpanHook' || endSpan?.name !== 'finalizeResponseSpanHook') return
+  route.onError = [...onError.slice(0, -1), function keepError (request, _reply, error, done) {
+    (request as Failed)[kFailedWith] = error
+    done()
+  } satisfies ErrorHook]
+  route.onSend = [...onSend.slice(0, -1), function recordServerError (request, reply, payload, done) {
+    const error = (request as Failed)[kFailedWith]
+    if (error !== null && reply.statusCode >= 500) recordError(request, reply, error, () => {})
+    done(null, payload)
+  } satisfies SendHook, endSpan]
+}
+
 export default fp<TracingOptions>(async function tracing (fastify, { tracing }) {
   await fastify.register(tracing.fastifyPlugin)
+  fastify.decorateRequest(kFailedWith, null)
   // Each handler runs in its request's context, up to its first await: the context is kept for
   // synchronous calls only (src/tracing.ts). A handler's first await is its statement, which takes
   // a pooled client there, and the client carries the context on (db/pool.ts).
@@ -32,6 +65,7 @@ export default fp<TracingOptions>(async function tracing (fastify, { tracing }) 
       const traced = requestContext(request)
       return traced ? context.with(traced, handler, this, request, reply) : handler.call(this, request, reply)
     } as RouteHandlerMethod
+    errorOnlyWhenServerError(route)
   })
   fastify.addHook('onRequest', async function correlateLogs (request) {
     const span = requestSpan(request)

@@ -17,6 +17,10 @@ export interface ReceivedSpan {
   /** OTLP's SpanKind: 2 server, 3 client, 1 internal. */
   kind: number
   attributes: Record<string, AttributeValue>
+  /** OTLP's status code: 0 unset, 1 ok, 2 error. */
+  status: { code: number, message?: string }
+  /** The names of its events (`exception`, …). */
+  events: string[]
   /** The exporting process's resource (service.name, …). */
   resource: Record<string, AttributeValue>
 }
@@ -27,10 +31,20 @@ interface OtlpKeyValue {
   key: string
   value: { stringValue?: string, intValue?: string | number, doubleValue?: number, boolValue?: boolean }
 }
+interface OtlpSpan {
+  traceId: string
+  spanId: string
+  parentSpanId?: string
+  name: string
+  kind: number
+  attributes?: OtlpKeyValue[]
+  status?: { code?: number, message?: string }
+  events?: Array<{ name: string }>
+}
 interface OtlpJson {
   resourceSpans?: Array<{
     resource?: { attributes?: OtlpKeyValue[] }
-    scopeSpans?: Array<{ spans?: Array<{ traceId: string, spanId: string, parentSpanId?: string, name: string, kind: number, attributes?: OtlpKeyValue[] }> }>
+    scopeSpans?: Array<{ spans?: OtlpSpan[] }>
   }>
 }
 
@@ -50,6 +64,9 @@ export function spansOf (body: Buffer): ReceivedSpan[] {
       name: span.name,
       kind: span.kind,
       attributes: attributesOf(span.attributes),
+      // OTLP/JSON leaves a default out: no code is 0, unset.
+      status: { code: span.status?.code ?? 0, ...(span.status?.message ? { message: span.status.message } : {}) },
+      events: (span.events ?? []).map(({ name }) => name),
       resource: attributesOf(resource?.attributes)
     }))))
 }

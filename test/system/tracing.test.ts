@@ -82,7 +82,9 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     OTEL_SERVICE_NAME: 'permissions-under-test',
     // Spans leave the batch within 100 ms instead of 5 s.
     OTEL_BSP_SCHEDULE_DELAY: '100',
-    LOG_LEVEL: 'info'
+    LOG_LEVEL: 'info',
+    // Every stream refused, 503: an answer 5xx without a failure of the database.
+    FEED_MAX_STREAMS: '0'
   })
 
   t.test('a list with a caller\'s traceparent: the request span is its child, the statement\'s span below', async (t) => {
@@ -197,7 +199,29 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
       (spans) => spans.some((span) => span.traceId === caller.traceId && span.kind === SERVER_KIND))).filter((span) => span.traceId === caller.traceId)
     const request = spans.find((span) => span.kind === SERVER_KIND)!
     t.match(request.attributes, { 'auth.outcome': 'insufficient-scope', 'problem.type': '/problems/insufficient-scope', 'http.response.status_code': 403 })
+    // HTTP's conventions: a server span's status is left unset for a 4xx, the client's doing.
+    t.same(request.status, { code: 0 }, 'a 4xx: status unset')
+    t.same(request.events, [], 'no exception recorded for a refusal')
     t.same(spans.filter((span) => 'db.system' in span.attributes || 'db.system.name' in span.attributes), [], 'no statement ran')
+  })
+
+  t.test('a 4xx thrown by the handler after its statement: status unset; a 5xx: error', async (t) => {
+    const missing = callerTraceparent()
+    const notFound = await fetch(`${server.url}${ordersPath('app-b', 'no-such-resource')}`, { headers: { authorization: `Bearer ${reader}`, traceparent: missing.traceparent } })
+    t.equal(notFound.status, 404)
+    const refused = callerTraceparent()
+    const stream = await fetch(`${server.url}/permission_changes`, { headers: { authorization: `Bearer ${reader}`, accept: 'text/event-stream', traceparent: refused.traceparent } })
+    t.equal(stream.status, 503, 'FEED_MAX_STREAMS=0: every stream refused')
+    const requestOf = (spans: ReceivedSpan[], traceId: string) => spans.find((span) => span.traceId === traceId && span.kind === SERVER_KIND)
+    const spans = await receiver.until('both request spans', (spans) => requestOf(spans, missing.traceId) !== undefined && requestOf(spans, refused.traceId) !== undefined)
+    const four = requestOf(spans, missing.traceId)!
+    t.match(four.attributes, { 'problem.type': '/problems/resource-not-found', 'http.response.status_code': 404 })
+    t.same(four.status, { code: 0 }, 'a 4xx: status unset')
+    t.same(four.events, [], 'no exception recorded for a 404')
+    const five = requestOf(spans, refused.traceId)!
+    t.match(five.attributes, { 'problem.type': '/problems/overloaded', 'http.response.status_code': 503 })
+    t.match(five.status, { code: 2, message: /streams the change feed to 0 consumers/ }, 'a 5xx: error, with what failed')
+    t.same(five.events, ['exception'], 'the exception recorded')
   })
 
   t.test('without a token, and without a traceparent: a trace of its own, missing-credentials', async (t) => {
@@ -208,6 +232,7 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     const spans = await receiver.until('a new root span', (spans) => spans.some((span) => !before.has(span.spanId) && span.kind === SERVER_KIND && span.parentSpanId === ''))
     const request = spans.find((span) => !before.has(span.spanId) && span.kind === SERVER_KIND && span.parentSpanId === '')!
     t.match(request.attributes, { 'auth.outcome': 'missing-credentials', 'problem.type': '/problems/missing-credentials' })
+    t.same(request.status, { code: 0 }, 'a 401: status unset')
     for (const line of await requestLines(server, requestId)) t.equal(line.trace_id, request.traceId, `"${String(line.msg)}" names its trace`)
   })
 
