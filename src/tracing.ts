@@ -49,9 +49,16 @@ export function tracingSettings (env: Env): TracingSettings | undefined {
   if (!(PROTOCOLS as readonly string[]).includes(protocol)) {
     throw new Error(`${protocolVariable}=${protocol} is not supported: traces are sent over OTLP/HTTP (${PROTOCOLS.join(' or ')})`)
   }
-  const sampler = valueOf(env, 'OTEL_TRACES_SAMPLER')
+  // As the SDK reads them, which takes anything else for its default (every request sampled), with
+  // a warning to a diagnostic logger this service does not set: the sampler's name untrimmed, its
+  // ratio a number, from 0 to 1, and only for the samplers that take one.
+  const sampler = valueOf(env, 'OTEL_TRACES_SAMPLER') === undefined ? undefined : env.OTEL_TRACES_SAMPLER!
   if (sampler !== undefined && !SAMPLERS.includes(sampler)) {
     throw new Error(`OTEL_TRACES_SAMPLER=${sampler} is not one of ${SAMPLERS.join(', ')}`)
+  }
+  const ratio = valueOf(env, 'OTEL_TRACES_SAMPLER_ARG')
+  if (sampler?.endsWith('traceidratio') === true && ratio !== undefined && !(Number(ratio) >= 0 && Number(ratio) <= 1)) {
+    throw new Error(`OTEL_TRACES_SAMPLER_ARG=${ratio} is not a ratio from 0 to 1 (a number such as 0.25), which ${sampler} needs`)
   }
   return { protocol: protocol as TracingSettings['protocol'] }
 }

@@ -313,7 +313,14 @@ t.test('settings it cannot honour: refused at start with one sentence naming the
   for (const [env, sentence] of [
     [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }, /^OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported/],
     [{ OTEL_TRACES_EXPORTER: 'zipkin' }, /^OTEL_TRACES_EXPORTER=zipkin is not supported/],
-    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'sometimes' }, /^OTEL_TRACES_SAMPLER=sometimes is not one of/]
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'sometimes' }, /^OTEL_TRACES_SAMPLER=sometimes is not one of/],
+    // The SDK would take each of these for its default, sampling every request, with a warning
+    // to a diagnostic logger nobody reads.
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '5' },
+      /^OTEL_TRACES_SAMPLER_ARG=5 is not a ratio from 0 to 1/],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0,1' },
+      /^OTEL_TRACES_SAMPLER_ARG=0,1 is not a ratio from 0 to 1/],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'always_off ' }, /^OTEL_TRACES_SAMPLER=always_off {2}is not one of/]
   ] as const) {
     const result = spawnSync(serverProcess.command, serverProcess.args, {
       env: { PATH: process.env.PATH, NODE_ENV: 'production', DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, ...env },
