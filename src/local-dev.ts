@@ -3,7 +3,7 @@
 // Production never gets here: src/server.ts refuses to start without DATABASE_URL and a key, and
 // withLocalDefaults refuses to fill anything in under production rules (src/config.ts isProduction).
 import { randomBytes } from 'node:crypto'
-import { mkdir, readFile, writeFile } from 'node:fs/promises'
+import { link, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { createSigner } from 'fast-jwt'
 import {
@@ -15,7 +15,6 @@ import { projectRoot } from './project-root.js'
 
 export const localDataDir = join(projectRoot, '.data')
 const localClusterDir = join(localDataDir, 'postgres')
-const localSecretFile = join(localDataDir, 'dev-jwt-secret')
 
 export interface LocalDatabaseOptions {
   port: number
@@ -43,14 +42,35 @@ export async function openLocalDatabase ({ port, takeOver, stopsItself = false, 
   return server
 }
 
-/** The HS256 secret for local use, made once and kept in .data/. */
-export async function localJwtSecret (): Promise<string> {
-  const existing = await readFile(localSecretFile, 'utf8').catch(() => undefined)
-  if (existing) return existing.trim()
+/** As long as config.ts asks of JWT_SECRET. */
+const SECRET_MIN_LENGTH = 32
+
+/**
+ * The HS256 secret for local use, made once and kept in `dataDir` (.data/). A file holding less than
+ * a secret's length (cut short by a run killed while writing it, or edited) is made again: the
+ * service would otherwise verify tokens with it. Written to a file of its own and linked into
+ * place, so that `npm start` and `npm run token` making it at once end with one secret, whole.
+ */
+export async function localJwtSecret (dataDir = localDataDir): Promise<string> {
+  const file = join(dataDir, 'dev-jwt-secret')
+  const existing = (await readFile(file, 'utf8').catch(() => undefined))?.trim()
+  if (existing !== undefined && existing.length >= SECRET_MIN_LENGTH) return existing
   const secret = randomBytes(32).toString('base64url')
-  await mkdir(localDataDir, { recursive: true })
-  await writeFile(localSecretFile, secret + '\n', { mode: 0o600 })
-  return secret
+  await mkdir(dataDir, { recursive: true })
+  const made = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`
+  await writeFile(made, secret + '\n', { mode: 0o600 })
+  try {
+    if (existing === undefined) {
+      // Fails if another process linked its secret first: that one is kept.
+      await link(made, file).catch((error: NodeJS.ErrnoException) => { if (error.code !== 'EEXIST') throw error })
+    } else {
+      await rename(made, file)
+    }
+  } finally {
+    await rm(made, { force: true })
+  }
+  // What is in place now: this process's secret, or the one another linked first.
+  return (await readFile(file, 'utf8')).trim()
 }
 
 /**

@@ -1,9 +1,10 @@
 // What `npm start` gives a laptop beyond the configuration (src/local-dev.ts): here, the demo
-// token's scopes and lifetime. Its printing is run by .ci/smoke-start, which uses the token for a DELETE and the
+// token's scopes and lifetime, and the secret kept in .data/. Its printing is run by .ci/smoke-start, which uses the token for a DELETE and the
 // POST that undoes it.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
+import { readFile, stat, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
@@ -12,7 +13,7 @@ import { freePort, startEmbeddedPostgres } from '../../db/embedded-postgres.js'
 import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase } from '../../db/seed.js'
 import { loadConfig } from '../../src/config.js'
-import { demoToken, everyScope, lifetimeText } from '../../src/local-dev.js'
+import { demoToken, everyScope, lifetimeText, localJwtSecret } from '../../src/local-dev.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
 import { endsWithTest } from '../support/at-exit.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
@@ -92,4 +93,23 @@ t.test('npm start on a local database whose data the demo data conflicts with: i
   child.kill('SIGTERM')
   const [code] = child.exitCode !== null ? [child.exitCode] : await once(child, 'exit')
   t.equal(code, 0, 'stops as usual')
+})
+
+t.test('the local secret: made once, kept, made again when the file holds less than a secret; made at once by several, one for all', async (t) => {
+  const dir = t.testdir({})
+  const file = join(dir, 'dev-jwt-secret')
+  const made = await localJwtSecret(dir)
+  t.ok(made.length >= 32, 'a secret as long as JWT_SECRET must be')
+  t.equal((await stat(file)).mode & 0o777, 0o600, 'readable by its owner only')
+  t.equal(await localJwtSecret(dir), made, 'kept')
+  for (const short of ['\n', 'short\n', `${'x'.repeat(31)}\n`]) {
+    await writeFile(file, short)
+    const again = await localJwtSecret(dir)
+    t.ok(again.length >= 32 && again !== short.trim(), `${JSON.stringify(short)}: made again`)
+    t.equal((await readFile(file, 'utf8')).trim(), again, 'and kept in place')
+  }
+  const fresh = t.testdir({})
+  const secrets = await Promise.all(Array.from({ length: 8 }, () => localJwtSecret(fresh)))
+  t.same(new Set(secrets).size, 1, 'eight at once: one secret')
+  t.same(readdirSync(fresh), ['dev-jwt-secret'], 'nothing else left in the folder')
 })
