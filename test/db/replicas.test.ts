@@ -2,6 +2,8 @@
 // (test/support/replication.ts): what its probe learns, which replica a read may go to and why
 // none may, the events an outage makes, and its end. test/system/replicas.test.ts tests the same
 // through the service, where the read path's own check of a replica's position hides some of it.
+import { EventEmitter, once } from 'node:events'
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t, { type Test } from 'tap'
@@ -62,6 +64,49 @@ async function stallReplayBehindAWrite (t: Test): Promise<number> {
   const written = performance.now()
   await cluster.waitForReceive()
   return written
+}
+
+/**
+ * A loopback TCP proxy to the server at `url` whose answers can be held back (a busy machine, a
+ * slow network): while held, what the server sends waits in the proxy until released, in order.
+ * nextSend() resolves when a client next sends the server something (a query). Closed when `t` ends.
+ */
+async function holdingProxy (t: Test, url: string): Promise<{ url: string, hold: () => void, release: () => void, nextSend: () => Promise<unknown> }> {
+  const target = new URL(url)
+  const sends = new EventEmitter()
+  const sockets = new Set<Socket>()
+  let held: Array<() => void> | undefined
+  const server = createServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname)
+    for (const socket of [client, upstream]) {
+      sockets.add(socket)
+      socket.on('error', () => {})
+      socket.on('close', () => { client.destroy(); upstream.destroy(); sockets.delete(socket) })
+    }
+    client.on('data', (chunk) => { upstream.write(chunk); sends.emit('send') })
+    upstream.on('data', (chunk) => {
+      if (held) held.push(() => client.write(chunk))
+      else client.write(chunk)
+    })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => {
+    for (const socket of sockets) socket.destroy()
+    server.close()
+  })
+  const proxied = new URL(url)
+  proxied.port = String((server.address() as AddressInfo).port)
+  return {
+    url: proxied.href,
+    hold: () => { held ??= [] },
+    release: () => {
+      const waiting = held ?? []
+      held = undefined
+      for (const write of waiting) write()
+    },
+    nextSend: () => once(sends, 'send')
+  }
 }
 
 /** Where the primary has written now. */
@@ -220,6 +265,45 @@ t.test('an outage: reported once however many probes fail; the first probe after
   t.match(refused[0], /^down replica-1: /)
 })
 
+t.test('a probe answered later than its interval, within a second (a busy machine): no outage', async (t) => {
+  const proxy = await holdingProxy(t, cluster.replicaUrl)
+  const set = replicaSet(t, { urls: [proxy.url], probeIntervalMs: 20 })
+  const events = eventsOf(set)
+  await set.probe()
+  const [replica] = set.replicas
+  t.equal(replica.up, true)
+  proxy.hold()
+  const asked = proxy.nextSend()
+  const probing = set.probe()
+  await asked
+  // Ten intervals without an answer.
+  await sleep(200)
+  proxy.release()
+  await probing
+  t.equal(replica.up, true, 'still up: the probe waits at least a second, not one interval')
+  t.same(events, [])
+})
+
+t.test('a probe that asked before a read found the replica failing: its answer does not bring the replica back; the next probe does', async (t) => {
+  const proxy = await holdingProxy(t, cluster.replicaUrl)
+  const set = replicaSet(t, { urls: [proxy.url] })
+  const events = eventsOf(set)
+  await set.probe()
+  const [replica] = set.replicas
+  proxy.hold()
+  const asked = proxy.nextSend()
+  const probing = set.probe()
+  await asked
+  set.markDown(replica, new Error('a read failed'))
+  proxy.release()
+  await probing
+  t.equal(replica.up, false, 'an answer to a question asked before the failure says nothing of now')
+  t.equal(set.choose(), 'none_up')
+  await set.probe()
+  t.equal(replica.up, true, 'asked after it')
+  t.same(events, ['down replica-1: a read failed', 'up replica-1'])
+})
+
 t.test('two replicas: reads take turns', async (t) => {
   const set = replicaSet(t, { urls: [cluster.replicaUrl, cluster.replicaUrl] })
   await probeUntilCaughtUp(set, set.replicas[0])
@@ -246,6 +330,28 @@ t.test('closed: its pools are ended and no probe runs again, even when closed du
     t.equal(set.primaryReachable, true, `${when}: no probe after the close asked the primary through its ended pool`)
     await t.rejects(set.replicas[0].pool.query('SELECT 1'), `${when}: the replica's pool is ended`)
   }
+})
+
+t.test('closed during a later probe: that probe ends, and none follows', async (t) => {
+  const proxy = await holdingProxy(t, cluster.replicaUrl)
+  const set = new ReplicaSet({
+    urls: [proxy.url],
+    pool: { max: 1, connectionWaitMs: 5000, queryTimeoutMs: 5000 },
+    primaryUrl: cluster.primaryUrl,
+    maxLagMs: 60_000,
+    probeIntervalMs: 20
+  })
+  const events = eventsOf(set)
+  await set.start()
+  proxy.hold()
+  // The second probe has asked the primary, and now the replica.
+  await proxy.nextSend()
+  const closed = set.close()
+  proxy.release()
+  await closed
+  await sleep(200)
+  t.same(events, [], 'no probe of the ended pools reported them down')
+  t.equal(set.primaryReachable, true, 'no probe after the close asked the primary through its ended pool')
 })
 
 /**
