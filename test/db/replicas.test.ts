@@ -395,6 +395,23 @@ t.test('readIfReplayed: asks the server first, and reads only if it had replayed
   t.equal(askedWhereItStands(sent).length, 1)
 })
 
+t.test('readIfReplayed: what a read shows of its server, past where the server was asked, is remembered: a read at that position is not asked again', async (t) => {
+  const { pool, sent } = onePool(t, cluster.replicaUrl)
+  await cluster.waitForReplay()
+  const before = parseLsn((await pool.query('SELECT pg_last_wal_replay_lsn()::text AS lsn')).rows[0].lsn)!
+  // A read that goes on while the server replays a write made after it was asked.
+  const read = await readIfReplayed(pool, before, async (db) => {
+    await primary.query('INSERT INTO writes VALUES (1)')
+    await cluster.waitForReplay()
+    return await readPosition(db)
+  }, { pooler: false })
+  const shown = parseLsn(read!.position)!
+  t.ok(shown > before, `the read showed ${read!.position}, past where its server was`)
+  sent.length = 0
+  t.ok(await readIfReplayed(pool, shown, readPosition, { pooler: false }), 'a position the read showed: read')
+  t.same(askedWhereItStands(sent), [], 'without asking again')
+})
+
 t.test('readIfReplayed behind a transaction pooler: asked every time, in one transaction with the read, which ends before the connection goes back', async (t) => {
   const { pool, sent } = onePool(t, cluster.replicaUrl)
   await cluster.waitForReplay()
