@@ -114,7 +114,9 @@ export class ReplicaSet extends EventEmitter {
         const { rows: [row] } = await this.#probes[index].query<{ standby: boolean, lsn: string | null }>(
           'SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS lsn')
         // Not a standby (promoted, or misconfigured): its position says nothing of the primary's.
-        if (!row.standby || row.lsn === null) throw new Error('not a streaming replica: pg_is_in_recovery() is false')
+        if (!row.standby ||
+          // Stryker disable next-line ConditionalExpression: a standby takes connections only once its replay has set a position, so it never answers NULL
+          row.lsn === null) throw new Error('not a streaming replica: pg_is_in_recovery() is false')
         // What it has replayed now, even if less than before: a standby restarted, or another one
         // behind the same URL, is only as far as it says.
         replica.replayed = parseLsn(row.lsn)!
@@ -217,10 +219,15 @@ export async function readIfReplayed<T extends { position?: string }> (
       // A multi-statement query answers a result per statement.
       const results = await client.query(pooler ? `BEGIN; ${REPLAYED}` : REPLAYED) as unknown as pg.QueryResult<{ lsn: string | null }> | [pg.QueryResult, pg.QueryResult<{ lsn: string | null }>]
       const { rows: [row] } = Array.isArray(results) ? results[1] : results
+      // Stryker disable next-line ConditionalExpression: parseLsn(null) is undefined as well, so the NULL test only narrows the type
       replayed = row.lsn === null ? undefined : parseLsn(row.lsn)!
       seenReplayed.set(client, replayed)
     }
-    const result = replayed !== undefined && replayed >= after ? await run(client) : undefined
+    // Stryker disable next-line ConditionalExpression: undefined >= a bigint is false, so the comparison alone refuses a server that is not a standby
+    const result = replayed !== undefined &&
+      replayed >= after
+      ? await run(client)
+      : undefined
     if (pooler) await client.query('COMMIT')
     // The read's own position (its standby's, read after its snapshot) is as far as its server has been seen.
     else if (result !== undefined) seenReplayed.set(client, parseLsn(result.position!)!)
