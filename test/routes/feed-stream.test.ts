@@ -385,7 +385,10 @@ t.test('catching up, a consumer that reads nothing for a while gathers no listen
 
 t.test('a consumer that takes nothing of what waits for it for FEED_STALL_TIMEOUT_MS is cut, catching up; one reading beside it is not', async (t) => {
   const logs = captureLogs()
-  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', FEED_HEARTBEAT_MS: '200', FEED_STALL_TIMEOUT_MS: '1000', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  // Catching up, a stream reads its next page once at most half the bound waits: 2 MiB, so that
+  // what it read ahead for its stalled consumer is told apart from a page.
+  const bufferBytes = 2 * 1024 ** 2
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(bufferBytes), FEED_HEARTBEAT_MS: '200', FEED_STALL_TIMEOUT_MS: '1000', LOG_LEVEL: 'info' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
   const recorded = await recordBeyondSocketBuffers(harness)
   const stalled = await stream(t, harness, '', { paused: true })
@@ -399,6 +402,9 @@ t.test('a consumer that takes nothing of what waits for it for FEED_STALL_TIMEOU
   t.equal(reader.events.length, recorded)
   t.equal(reader.outcome, undefined, 'the reader is still connected')
   t.equal(harness.app.feed.cut, 1, 'and was not cut')
+  // The largest page as written (an event's bytes, and a chunk's framing on the wire for each).
+  const pageBytes = FEED_PAGE_SIZE * (Math.max(...reader.events.map(({ id, data }) => Buffer.byteLength(`id: ${id}\ndata: ${data}\n\n`))) + 16)
+  t.ok(Number(line?.waiting) <= bufferBytes / 2 + pageBytes, `what waited for it is at most half the bound and a page: ${String(line?.waiting)} bytes`)
 
   stalled.resume()
   t.equal(await stalled.finished, 'cut', 'the stalled consumer sees its connection closed, not an end')
@@ -406,6 +412,109 @@ t.test('a consumer that takes nothing of what waits for it for FEED_STALL_TIMEOU
   t.ok(increasing(ids(stalled.events)), 'what it got is in order: it resumes with Last-Event-ID')
   reader.close()
   await until('no stream counted', () => harness.app.feed.streams === 0)
+})
+
+/** A stream that gets only heartbeats (a cursor past every change): each comment on it is one tick of the feed's heartbeat. */
+async function heartbeatClock (t: Test, harness: Harness): Promise<SseStream> {
+  return await stream(t, harness, '?after=999999999999999999')
+}
+
+/** The blocks of a stream's text that carry an id and no data: the cursor moved on (EventSource fires no event for them). */
+const cursorBlocks = (text: string) => text.split('\n\n').filter((block) => /^id: \d+$/.test(block)).map((block) => block.slice('id: '.length))
+
+t.test('a consumer that takes nothing is not cut before FEED_STALL_TIMEOUT_MS: its stream waits across heartbeats, then it gets every change', async (t) => {
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', FEED_HEARTBEAT_MS: '100' })
+  await harness.seed(ordersFixture())
+  const recorded = await recordBeyondSocketBuffers(harness)
+  const paused = await stream(t, harness, '', { paused: true })
+  const clock = await heartbeatClock(t, harness)
+  // Twenty ticks, the most of them with more written for the paused consumer than its sockets hold
+  // (read a page at a time) and none of it taken: none may cut it, the stall timeout (60 s) is far.
+  await clock.until('twenty heartbeats', () => clock.comments.length >= 20, 30_000)
+  t.equal(harness.app.feed.streams, 2, 'the paused consumer is still connected')
+  t.equal(harness.app.feed.cut, 0, 'and was not cut')
+  paused.resume()
+  await paused.until('every change', () => paused.events.length >= recorded, 60_000)
+  t.equal(paused.events.length, recorded)
+  t.equal(paused.outcome, undefined, 'still open')
+})
+
+t.test('a consumer that stops reading while live is cut for it after FEED_STALL_TIMEOUT_MS, even as changes keep coming within the bound', async (t) => {
+  const logs = captureLogs()
+  // The bound (64 MiB) holds every change made here: the consumer is cut for having stopped, not for its pace.
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(64 * 1024 ** 2), FEED_HEARTBEAT_MS: '100', FEED_STALL_TIMEOUT_MS: '1000', LOG_LEVEL: 'info' }, { logs: logs.stream })
+  await harness.seed(ordersFixture())
+  // Live as soon as it is open: its first page is short, and with this bound it waits for no room.
+  const stalled = await stream(t, harness, '', { paused: true })
+  // Then more than its sockets hold, in one go.
+  await recordBeyondSocketBuffers(harness)
+  // A change every 50 ms or so: each one is more written for it, none taken by it.
+  let made = 0
+  await until('the stalled consumer cut', async () => {
+    if (harness.app.feed.cut > 0) return true
+    await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+      VALUES ('orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'trickle-' || $1::text)`, [made++])
+    return false
+  }, 30_000)
+  t.ok(made > 0, `${made} changes made while it stalled`)
+  t.ok(logs.lines.some((line) => line.msg === 'change feed: consumer stopped reading, disconnected'), 'cut as stalled')
+  t.notOk(logs.lines.some((line) => line.msg === 'change feed: consumer too slow, disconnected'), 'not as too slow')
+  stalled.resume()
+  t.equal(await stalled.finished, 'cut')
+})
+
+t.test('a consumer reading slowly, with bytes waiting for it for longer than FEED_STALL_TIMEOUT_MS, is not cut: it takes some between heartbeats', async (t) => {
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(64 * 1024 ** 2), FEED_HEARTBEAT_MS: '100', FEED_STALL_TIMEOUT_MS: '4000' })
+  await harness.seed(ordersFixture())
+  // Live as soon as it is open (its first page is short, and with this bound it waits for no room), then
+  const slow = await stream(t, harness, '', { paused: true })
+  // several MB more than its sockets hold, which it reads at about 1 MB a second: bytes
+  // wait for it for several stall timeouts, and the kernel lets more in every second or so.
+  const recorded = await recordBeyondSocketBuffers(harness)
+  slow.res.on('data', (chunk: Buffer) => {
+    slow.pause()
+    setTimeout(() => { slow.resume() }, Math.ceil(chunk.length / 1000))
+  })
+  slow.resume()
+  await slow.until('every change', () => slow.events.length >= recorded, 120_000)
+  t.equal(slow.events.length, recorded)
+  t.equal(slow.outcome, undefined, 'still open')
+  t.equal(harness.app.feed.cut, 0, 'not cut')
+})
+
+t.test('fastify.close() with a consumer that reads nothing and bytes waiting for it: the close is not held up, its connection is cut', async (t) => {
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024', FEED_HEARTBEAT_MS: '100' })
+  await harness.seed(ordersFixture())
+  await recordBeyondSocketBuffers(harness)
+  const paused = await stream(t, harness, '', { paused: true })
+  const clock = await heartbeatClock(t, harness)
+  // By then it has read, a page at a time, more than the paused consumer's sockets hold.
+  await clock.until('twenty heartbeats', () => clock.comments.length >= 20, 30_000)
+  let timer: NodeJS.Timeout | undefined
+  const closed = await Promise.race([
+    harness.app.close().then(() => 'closed'),
+    new Promise<string>((resolve) => { timer = setTimeout(() => resolve('still closing'), 15_000) })
+  ])
+  clearTimeout(timer)
+  t.equal(closed, 'closed', 'the close resolved')
+  paused.resume()
+  t.equal(await paused.finished, 'cut', 'what it had yet to take is not sent: its connection is cut')
+  t.equal(await clock.finished, 'end', 'the stream whose consumer reads ends cleanly')
+})
+
+t.test('resource_id: an idle stream sends its cursor only when it moves on, each id once', async (t) => {
+  const harness = await build(t, { FEED_HEARTBEAT_MS: '100' })
+  const { rows: [quiet] } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+    VALUES ('quiet-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'quiet') RETURNING id::text`)
+  await poll(harness)
+  const s = await stream(t, harness, '?resource_id=quiet-api')
+  await s.until('its change', () => s.events.length === 1)
+  // Nothing is written meanwhile: the cursor moves rarely, if at all, while the heartbeats come.
+  await s.until('ten heartbeats', () => s.comments.length >= 10, 10_000)
+  const cursors = cursorBlocks(s.text())
+  t.ok(cursors.length <= 10, `${cursors.length} cursors sent`)
+  t.ok(increasing([quiet.id, ...cursors]), `each above the last event and the one before: ${cursors.join(', ')}`)
+  t.same(ids(s.events), [quiet.id])
 })
 
 t.test('a stream ends, cleanly, once the token that opened it is no longer accepted; one opened with a good token goes on', async (t) => {
