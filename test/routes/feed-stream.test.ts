@@ -464,16 +464,16 @@ t.test('a consumer that stops reading while live is cut for it after FEED_STALL_
 })
 
 t.test('a consumer reading slowly, with bytes waiting for it for longer than FEED_STALL_TIMEOUT_MS, is not cut: it takes some between heartbeats', async (t) => {
-  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(64 * 1024 ** 2), FEED_HEARTBEAT_MS: '100', FEED_STALL_TIMEOUT_MS: '4000' })
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(64 * 1024 ** 2), FEED_HEARTBEAT_MS: '100', FEED_STALL_TIMEOUT_MS: '2000' })
   await harness.seed(ordersFixture())
   // Live as soon as it is open (its first page is short, and with this bound it waits for no room), then
   const slow = await stream(t, harness, '', { paused: true })
-  // several MB more than its sockets hold, which it reads at about 1 MB a second: bytes
+  // several MB more than its sockets hold, which it reads at about 2 MB a second: bytes
   // wait for it for several stall timeouts, and the kernel lets more in every second or so.
   const recorded = await recordBeyondSocketBuffers(harness)
   slow.res.on('data', (chunk: Buffer) => {
     slow.pause()
-    setTimeout(() => { slow.resume() }, Math.ceil(chunk.length / 1000))
+    setTimeout(() => { slow.resume() }, Math.ceil(chunk.length / 2000))
   })
   slow.resume()
   await slow.until('every change', () => slow.events.length >= recorded, 120_000)
