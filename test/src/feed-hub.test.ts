@@ -456,3 +456,41 @@ t.test('a subscriber whose cursor names a change not yet committed is not given 
     held.release()
   }
 })
+
+t.test('a subscriber whose page ends behind the shared reader catches up with a read of its own before it joins: nothing between is skipped', async (t) => {
+  const { hub, record, firstPage, idle } = await setUp(t)
+  const first = consumer()
+  await hub.follow(first.subscriber, await firstPage())
+  await idle()
+  // Read before x is recorded: a page (not full) that ends below it.
+  const stale = await firstPage()
+  const [x] = await record(1, 0)
+  hub.wake()
+  await until('x given to the first, live', () => first.given.includes(x))
+  await idle()
+  const second = consumer()
+  await hub.follow(second.subscriber, stale)
+  t.same(second.given, [x], 'x, read for it before it joined the reader already past x')
+  t.same(second.writes.map(({ live }) => live), [false], 'by its own read')
+})
+
+t.test('everyone gone while the shared reader reads, and one joining from further back: the reader reads again from that one\'s cursor, not on from the page it had', async (t) => {
+  const { hub, record, firstPage, idle, heldRead } = await setUp(t)
+  const first = consumer()
+  await hub.follow(first.subscriber, await firstPage())
+  await idle()
+  const stale = await firstPage()
+  const [x] = await record(1, 0)
+  hub.wake()
+  await until('x given to the first', () => first.given.includes(x))
+  await idle()
+  // The reader's next read (from past x) under way; the first leaves, and one whose page ends below x joins.
+  const release = await heldRead()
+  hub.unfollow(first.subscriber)
+  const second = consumer()
+  await hub.follow(second.subscriber, stale)
+  t.same(second.given, [], 'joined at once (nobody live): nothing given yet')
+  release()
+  await until('x given to the one that joined from behind it, with no poll (60 s) or notification', () => second.given.includes(x), 10_000)
+  t.same(second.given, [x])
+})
