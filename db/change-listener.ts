@@ -63,6 +63,7 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
     const lose = (error: Error) => {
       if (lost) return
       lost = true
+      // Stryker disable next-line ConditionalExpression: equivalent: a connection's loss is told before another is made, so #client is this one or none here
       if (this.#client === client) this.#client = undefined
       client.end().catch(() => {})
       if (this.#closed) return
@@ -71,7 +72,7 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
       this.#retryMs = Math.min(this.#retryMs * 2, this.#maxRetryMs)
     }
     client.on('error', lose)
-    // Stryker disable next-line StringLiteral: equivalent: pg reports an end it did not ask for as an error first (or rejects the connect), so this listener never reports the loss
+    // Stryker disable next-line StringLiteral,ArrowFunction: equivalent: pg reports an end it did not ask for as an error first (or rejects the connect), and one asked for comes after the loss or the close, so this listener never reports the loss
     client.on('end', () => lose(new Error('the listening connection ended')))
     // The connection listens on this channel only.
     client.on('notification', () => this.emit('change'))
@@ -79,6 +80,7 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
       await client.connect()
       await client.query(`LISTEN ${CHANGES_CHANNEL}`)
     } catch (error) {
+      // Stryker disable next-line BooleanLiteral: equivalent: a failed connect leaves a retry pending (or the listener closed), which start() looks at first, and the retry sets it again
       this.#connecting = false
       lose(error as Error)
       return

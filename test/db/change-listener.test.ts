@@ -2,6 +2,7 @@
 // connection however often it is started, a notification on its channel told, a connection lost
 // told once and made again, a server it cannot reach tried again, and nothing left once closed.
 import { once } from 'node:events'
+import net from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t, { type Test } from 'tap'
@@ -110,4 +111,21 @@ t.test('closed while it connects, or once listening: its connection ends, and no
   await until('no listening connection left', async () => (await listeners()).length === 0)
   t.same(earlyEvents, { change: 0, listening: 0, lost: 0 }, 'closed while connecting: never listening')
   t.equal(early.listening, false)
+})
+
+t.test('its connection has TCP keepalives on, from 10 s of silence: a connection cut without a word (a partition) is noticed', async (t) => {
+  const { url } = await setUp(t)
+  // No other connection is made meanwhile (the admin pool connects on its first query).
+  const calls: Array<[boolean | undefined, number | undefined]> = []
+  const original = net.Socket.prototype.setKeepAlive
+  net.Socket.prototype.setKeepAlive = function (this: net.Socket, enable?: boolean, initialDelay?: number) {
+    calls.push([enable, initialDelay])
+    return original.call(this, enable, initialDelay)
+  }
+  t.teardown(() => { net.Socket.prototype.setKeepAlive = original })
+  const listener = new ChangeListener({ connectionString: url })
+  t.teardown(() => listener.close())
+  listener.start()
+  await once(listener, 'listening')
+  t.same(calls, [[true, 10_000]])
 })
