@@ -470,3 +470,29 @@ t.test('many POSTs and DELETEs at once on several authorizations: the feed holds
   const now = await grantsNow()
   for (const [k, held] of replayed) t.same([...held].sort(), [...now.get(k)!].sort(), `${k}: the replay ends at the grants`)
 })
+
+t.test('a page of one resource that is not full links on from just below the horizon when its cursor is below that, from its cursor when past it; never from a cursor as written with leading zeros when it is the same place', async (t) => {
+  await recordedBySql([{ requestId: 'x' }])
+  await settled(1)
+  // A transaction holding an id keeps the horizon (the server's xmin) where it is while it is open:
+  // the pages below end at the same place (an older transaction elsewhere ending could move it on).
+  const pin = await harness.db.connect()
+  try {
+    await pin.query('BEGIN')
+    await pin.query('SELECT pg_current_xact_id()')
+    const below = BigInt(nextOf(await poll('?resource_id=quiet-api')).searchParams.get('after')!)
+    t.ok(below > 0n, 'the horizon past the change recorded')
+    for (const after of ['0', `0${below}`]) {
+      const res = await poll(`?resource_id=quiet-api&after=${after}`)
+      t.equal(res.status, 200)
+      const next = nextOf(res).searchParams.get('after')!
+      t.match(next, /^[1-9][0-9]*$/, `after=${after}: the link names where the feed stands, as it names it`)
+      t.ok(BigInt(next) >= below, `after=${after}: from just below the horizon (${next})`)
+    }
+    const past = await poll('?resource_id=quiet-api&after=999999999999999999')
+    t.equal(nextOf(past).searchParams.get('after'), '999999999999999999', 'a cursor past the horizon stays')
+  } finally {
+    await pin.query('COMMIT')
+    pin.release()
+  }
+})

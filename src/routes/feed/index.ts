@@ -50,7 +50,7 @@ export default async function changeFeed (fastify: FastifyInstance) {
     const next = resourceId !== undefined && page.changes.length < limit
       ? (afterParameter !== undefined && BigInt(afterParameter) > BigInt(below) ? afterParameter : below)
       : page.changes.at(-1)?.id ?? afterParameter ?? below
-    const query = new URLSearchParams({ ...(next === undefined ? {} : { after: next }), limit: String(limit), ...(resourceId === undefined ? {} : { resource_id: resourceId }) })
+    const query = new URLSearchParams({ after: next, limit: String(limit), ...(resourceId === undefined ? {} : { resource_id: resourceId }) })
     reply.header('link', `<${siteUrl(request, '/permission_changes')}?${query.toString()}>; rel="next"`)
     // Entries as PostgreSQL wrote them, in the spec's shape (the contract tests check every answer),
     // taken out of the page so that the settled promises holding it do not keep them alive (takeRows).
