@@ -6,7 +6,10 @@
 // back: waits have generous deadlines, and nothing here asserts how soon a change arrives.
 import { readFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
+import Fastify from 'fastify'
+import fp from 'fastify-plugin'
 import t, { type Test } from 'tap'
+import feed from '../../plugins/feed.js'
 import { pruneChanges } from '../../db/queries/history.js'
 import { FEED_PAGE_SIZE } from '../../src/feed-events.js'
 import { checkContract } from '../support/contract.js'
@@ -278,18 +281,23 @@ t.test('FEED_MAX_STREAMS=2: a third stream → 503 overloaded with Retry-After, 
   await fourth.until('its retry field', () => fourth.retries.length === 1)
 })
 
-t.test('fastify.close() with a stream open: it resolves promptly and the stream ends cleanly (its last chunk), not reset', async (t) => {
+t.test('fastify.close() with a stream open: it resolves promptly and the stream ends cleanly (its last chunk), not reset; the LISTEN connection is closed', async (t) => {
   const harness = await build(t)
   await harness.seed(ordersFixture())
   await change(harness, 'DELETE', ['p_read_orders'])
   const s = await stream(t, harness)
   await s.until('the change', () => s.events.length === 1)
+  // This database's only: other test files' listeners share the cluster.
+  const listeners = async () => (await harness.db.query<{ pid: number }>(
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'")).rows.length
+  await until('the LISTEN connection', async () => (await listeners()) === 1)
   const started = Date.now()
   await harness.app.close()
   const tookMs = Date.now() - started
   t.ok(tookMs < 5_000, `closed in ${tookMs} ms`)
   t.equal(await s.finished, 'end')
   t.equal(harness.app.feed.streams, 0)
+  await until('the LISTEN connection closed', async () => (await listeners()) === 0, 10_000)
 })
 
 t.test('a stream and its 410: Vary: Accept, Last-Event-ID (both chose the answer), a stream Cache-Control: no-store; their heads as the spec declares them', async (t) => {
@@ -608,8 +616,9 @@ t.test('HEAD with Accept: text/event-stream answers without starting a stream', 
   t.equal(harness.app.feed.streams, 0)
 })
 
-t.test('the LISTEN connection terminated: changes still arrive, and the listener connects again', async (t) => {
-  const harness = await build(t)
+t.test('the LISTEN connection terminated: logged, changes still arrive, and the listener connects again', async (t) => {
+  const logs = captureLogs()
+  const harness = await build(t, { LOG_LEVEL: 'warn' }, { logs: logs.stream })
   await harness.seed(ordersFixture())
   const s = await stream(t, harness)
   // This database's only: other test files' listeners share the cluster.
@@ -618,6 +627,8 @@ t.test('the LISTEN connection terminated: changes still arrive, and the listener
   await until('the LISTEN connection', async () => (await listeners()).length === 1)
   const [pid] = await listeners()
   t.same((await harness.db.query('SELECT pg_terminate_backend($1) AS terminated', [pid])).rows, [{ terminated: true }])
+  const lost = await logs.waitFor((line) => line.msg === 'change feed: listening connection lost; polling until it is back', 'the loss logged')
+  t.equal(lost.level, 40, 'a warning')
 
   const first = await change(harness, 'DELETE', ['p_read_orders'])
   await s.until('the change made after the connection was lost', () => s.events.length >= 1, 30_000)
@@ -658,4 +669,14 @@ t.test('a transaction left open holds back the changes after it; once it commits
   t.same(entries.map((entry) => entry.request_id), ['held', ...made], 'then the others, as made')
   t.ok(increasing(ids(s.events)), 'ids strictly increasing')
   t.same(ids(s.events), ids(await poll(harness)), 'as polled')
+})
+
+t.test('the feed plugin is registered after the ones it needs (db, env), or the app does not start', async (t) => {
+  const app = Fastify()
+  await app.register(fp(async () => {}, { name: 'db' }))
+  app.register(feed)
+  await t.rejects(async () => { await app.ready() }, /dependency 'env' of plugin 'feed' is not registered/)
+  const bare = Fastify()
+  bare.register(feed)
+  await t.rejects(async () => { await bare.ready() }, /dependency 'db' of plugin 'feed' is not registered/)
 })
