@@ -152,6 +152,10 @@ export default fp(async function db (fastify) {
     queryTimeoutMs: 0,
     settings: config.DATABASE_POOLER === 'transaction' && migrationsUrl === DATABASE_URL ? {} : { lock_timeout: config.MIGRATIONS_CONNECTION_WAIT_MS }
   })
+  // Its idle client may lose its connection too, even while end() closes it (pg-pool resolves end()
+  // before the server has let go): unhandled, the pool's 'error' would crash the process. Seen once,
+  // as a test database was dropped WITH (FORCE) just after a start, on a loaded machine.
+  migrationPool.on('error', () => {})
   try {
     const applied = await migrateDatabase(migrationPool, migrationsDir)
     if (applied.length > 0) fastify.log.info({ migrations: applied }, 'database migrated')
