@@ -25,8 +25,9 @@ await cluster.waitForReplay()
 const closedUrl = `postgres://u:p@127.0.0.1:${await freePort()}/db`
 
 /** A replica set made for the test, closed when it ends; it probes only when told, unless started. */
-function replicaSet (t: Test, options: Partial<ReplicaSetOptions> = {}): ReplicaSet {
-  const set = new ReplicaSet({
+/** A set on the cluster, not started, that the test closes itself (a pool is ended once only). */
+function unclosedSet (options: Partial<ReplicaSetOptions> = {}): ReplicaSet {
+  return new ReplicaSet({
     urls: [cluster.replicaUrl],
     pool: { max: 2, connectionWaitMs: 5000, queryTimeoutMs: 5000 },
     primaryUrl: cluster.primaryUrl,
@@ -34,6 +35,10 @@ function replicaSet (t: Test, options: Partial<ReplicaSetOptions> = {}): Replica
     probeIntervalMs: 50,
     ...options
   })
+}
+
+function replicaSet (t: Test, options: Partial<ReplicaSetOptions> = {}): ReplicaSet {
+  const set = unclosedSet(options)
   t.teardown(() => set.close())
   return set
 }
@@ -315,13 +320,7 @@ t.test('two replicas: reads take turns', async (t) => {
 
 t.test('closed: its pools are ended and no probe runs again, even when closed during the first one', async (t) => {
   for (const when of ['after its start', 'during its first probe']) {
-    const set = new ReplicaSet({
-      urls: [cluster.replicaUrl],
-      pool: { max: 1, connectionWaitMs: 5000, queryTimeoutMs: 5000 },
-      primaryUrl: cluster.primaryUrl,
-      maxLagMs: 60_000,
-      probeIntervalMs: 20
-    })
+    const set = unclosedSet({ pool: { max: 1, connectionWaitMs: 5000, queryTimeoutMs: 5000 }, probeIntervalMs: 20 })
     const events = eventsOf(set)
     const started = set.start()
     if (when === 'after its start') await started
@@ -336,13 +335,7 @@ t.test('closed: its pools are ended and no probe runs again, even when closed du
 
 t.test('closed during a later probe: that probe ends, and none follows', async (t) => {
   const proxy = await holdingProxy(t, cluster.replicaUrl)
-  const set = new ReplicaSet({
-    urls: [proxy.url],
-    pool: { max: 1, connectionWaitMs: 5000, queryTimeoutMs: 5000 },
-    primaryUrl: cluster.primaryUrl,
-    maxLagMs: 60_000,
-    probeIntervalMs: 20
-  })
+  const set = unclosedSet({ urls: [proxy.url], pool: { max: 1, connectionWaitMs: 5000, queryTimeoutMs: 5000 }, probeIntervalMs: 20 })
   const events = eventsOf(set)
   await set.start()
   proxy.hold()

@@ -457,17 +457,25 @@ t.test('a subscriber whose cursor names a change not yet committed is not given 
   }
 })
 
-t.test('a subscriber whose page ends behind the shared reader catches up with a read of its own before it joins: nothing between is skipped', async (t) => {
-  const { hub, record, firstPage, idle } = await setUp(t)
+/**
+ * A first subscriber live, given x, and idle; and a page read before x was recorded (not full), which
+ * ends below it: a later subscriber's start from behind the shared reader.
+ */
+async function readerPastStalePage (t: Test) {
+  const setup = await setUp(t)
   const first = consumer()
-  await hub.follow(first.subscriber, await firstPage())
-  await idle()
-  // Read before x is recorded: a page (not full) that ends below it.
-  const stale = await firstPage()
-  const [x] = await record(1, 0)
-  hub.wake()
+  await setup.hub.follow(first.subscriber, await setup.firstPage())
+  await setup.idle()
+  const stale = await setup.firstPage()
+  const [x] = await setup.record(1, 0)
+  setup.hub.wake()
   await until('x given to the first, live', () => first.given.includes(x))
-  await idle()
+  await setup.idle()
+  return { ...setup, first, stale, x }
+}
+
+t.test('a subscriber whose page ends behind the shared reader catches up with a read of its own before it joins: nothing between is skipped', async (t) => {
+  const { hub, stale, x } = await readerPastStalePage(t)
   const second = consumer()
   await hub.follow(second.subscriber, stale)
   t.same(second.given, [x], 'x, read for it before it joined the reader already past x')
@@ -475,15 +483,7 @@ t.test('a subscriber whose page ends behind the shared reader catches up with a 
 })
 
 t.test('everyone gone while the shared reader reads, and one joining from further back: the reader reads again from that one\'s cursor, not on from the page it had', async (t) => {
-  const { hub, record, firstPage, idle, heldRead } = await setUp(t)
-  const first = consumer()
-  await hub.follow(first.subscriber, await firstPage())
-  await idle()
-  const stale = await firstPage()
-  const [x] = await record(1, 0)
-  hub.wake()
-  await until('x given to the first', () => first.given.includes(x))
-  await idle()
+  const { hub, heldRead, first, stale, x } = await readerPastStalePage(t)
   // The reader's next read (from past x) under way; the first leaves, and one whose page ends below x joins.
   const release = await heldRead()
   hub.unfollow(first.subscriber)
