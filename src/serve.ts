@@ -100,14 +100,12 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
       // Data of the developer's own in .data/ (npm run db:seed) that the demo's conflicts with: the
       // service starts on it, none of the demo loaded (one transaction), and says why. Anything else
       // (the database gone) stops the start, in one line as well.
-      const said = `The demo data (db/demo-data.json) was not loaded: ${(error as Error).message}`
+      console.error(`The demo data (db/demo-data.json) was not loaded: ${(error as Error).message}`)
       if (!(error instanceof SeedError)) {
-        console.error(said)
         await fastify.close()
         await localDatabase.stop()
         process.exit(1)
       }
-      console.error(said)
     }
   }
 
