@@ -11,7 +11,7 @@ import { ordersFixture } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
 import { until } from '../support/waiting.js'
-import { change, changesBeyondSocketBuffers, heartbeatClock, ids, increasing, recordBeyondSocketBuffers, sentinel, stream } from '../support/feed-stream.js'
+import { change, changesBeyondSocketBuffers, heartbeatClock, ids, increasing, recordBeyondSocketBuffers, sentinel, shown, stream } from '../support/feed-stream.js'
 
 t.test('a consumer that stops reading is cut when changes come while more than FEED_STREAM_BUFFER_BYTES wait for it; one reading normally gets every change; the count returns to 0', async (t) => {
   const logs = captureLogs()
@@ -77,6 +77,7 @@ t.test('catching up, a consumer that reads nothing for a while gathers no listen
     FROM generate_series(1, $1::int) AS n RETURNING id`, [changesBeyondSocketBuffers()])
   const old = rows.map(({ id }) => id).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1))
   await change(harness, 'DELETE', ['p_read_orders'])
+  await shown(harness)
 
   const slow = await stream(t, harness, '', { paused: true })
   // More than ten of the stream's checks for room (one each 100 ms): before, each left two

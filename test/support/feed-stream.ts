@@ -65,13 +65,29 @@ export function changesBeyondSocketBuffers (): number {
   return Math.ceil(Math.max(10 * 1024 ** 2, 2 * sendBufferMax + 4 * 1024 ** 2) / 2100)
 }
 
-/** Records changesBeyondSocketBuffers() changes, by SQL; how many the feed then holds in all. */
+/**
+ * Records changesBeyondSocketBuffers() changes, by SQL, and waits until the feed shows them; how
+ * many the feed then holds in all.
+ */
 export async function recordBeyondSocketBuffers (harness: Harness): Promise<number> {
   await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
     SELECT 'orders-api', 'app-a', 'granted', array_fill(repeat('p', 40), ARRAY[40]), 'many-' || n
     FROM generate_series(1, $1::int) AS n`, [changesBeyondSocketBuffers()])
+  await shown(harness)
   const { rows: [{ recorded }] } = await harness.db.query<{ recorded: number }>('SELECT count(*)::int AS recorded FROM permission_changes')
   return recorded
+}
+
+/**
+ * Waits until the feed shows the last change committed. A transaction open elsewhere on the test
+ * cluster holds changes back (the horizon): a stream opened meanwhile finds its first page short
+ * and goes live at once, and when the changes come out it is given them live, where a consumer
+ * that reads nothing is cut for falling behind, not made to catch up.
+ */
+export async function shown (harness: Harness): Promise<void> {
+  const { rows: [{ last }] } = await harness.db.query<{ last: string }>('SELECT max(id)::text AS last FROM permission_changes')
+  const [entry] = await poll(harness, `&after=${BigInt(last) - 1n}`)
+  if (entry?.id !== last) throw new Error(`the feed did not show change ${last} within 30 s`)
 }
 
 export const ids = (events: ReadonlyArray<{ id?: string }>) => events.map(({ id }) => id)
