@@ -1,5 +1,6 @@
 // The DELETE and the POST: one statement that changes a client's grants only when the change
 // applies, and records it in the history in the same transaction.
+import { context } from '@opentelemetry/api'
 import type pg from 'pg'
 import { primaryPosition } from '../lsn.js'
 import { type StatementOptions, type Target, type TargetRow, statement, targetColumns, targetOf } from './statement.js'
@@ -170,12 +171,15 @@ const CHANGE_ATTEMPTS = 2
  * A change, run again from BEGIN when PostgreSQL failed it to break a deadlock: it had changed
  * nothing (its transaction was rolled back), and the other side of the cycle holds its locks no
  * more. Renames of several permissions at once (SQL, seeds) can deadlock with a grant (migration
- * 0010 says how); the caller should not get a 500 for that.
+ * 0010 says how); the caller should not get a 500 for that. Each attempt takes its connection in
+ * the caller's trace context, kept for synchronous calls only (src/tracing.ts): the second starts
+ * after an await, and its statements would have no span.
  */
 async function changeGrants (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
+  const traced = context.active()
   for (let attempt = 1; ; attempt++) {
     try {
-      return await changeGrantsOnce(pool, name, text, input, options)
+      return await context.with(traced, changeGrantsOnce, undefined, pool, name, text, input, options)
     } catch (error) {
       if (attempt >= CHANGE_ATTEMPTS || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error
     }

@@ -172,6 +172,71 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
       'no statement span outside a request')
   })
 
+  t.test('a POST that PostgreSQL fails to break a deadlock, run again: the second attempt\'s statements below the request span too', async (t) => {
+    // As test/db/atomicity.test.ts provokes it: the POST holds cycle-c2's authorization and waits
+    // for cycle-p1's row, which an administrator holds; the administrator then waits for the
+    // authorization (migration 0010). PostgreSQL breaks the cycle by failing the POST, whose
+    // deadlock_timeout (1 s, the default) is the shorter, and the change is run again from BEGIN.
+    // The administrator still holds cycle-p1's row then: a second attempt that took the
+    // authorization before the administrator woke up would close the same cycle again, and fail
+    // for good. So a guard queues for the authorization's advisory lock behind the first attempt:
+    // PostgreSQL grants it the lock as that attempt rolls back, and the second waits for it until
+    // the administrator has committed.
+    await db.query(`
+      INSERT INTO resources (id) VALUES ('cycle-api');
+      INSERT INTO permissions (id, resource_id, name) VALUES ('cycle-p1', 'cycle-api', 'read:cycle'), ('cycle-p2', 'cycle-api', 'write:cycle');
+      INSERT INTO clients (id) VALUES ('cycle-c1'), ('cycle-c2');
+      INSERT INTO authorizations (resource_id, client_id) VALUES ('cycle-api', 'cycle-c1'), ('cycle-api', 'cycle-c2');
+      INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('cycle-api', 'cycle-c1', 'cycle-p1'), ('cycle-api', 'cycle-c2', 'cycle-p2')`)
+    const admin = new pg.Client({ connectionString: databaseUrl })
+    await admin.connect()
+    t.teardown(() => admin.end())
+    await admin.query("BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'first' WHERE id = 'cycle-p1'")
+    const caller = callerTraceparent()
+    const creator = token({ scope: 'create:resource', ...productionClaims }, { expiresIn: 600 })
+    const pending = fetch(`${server.url}/resources/cycle-api/authorized_clients/cycle-c2/permissions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${creator}`, traceparent: caller.traceparent, 'content-type': 'application/json' },
+      body: JSON.stringify(['cycle-p1'])
+    })
+    let waiting = false
+    for (let attempt = 0; attempt < 200 && !waiting; attempt++) {
+      const { rowCount } = await db.query(`
+        SELECT 1 FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO grants%'`)
+      waiting = rowCount! > 0
+      if (!waiting) await sleep(50)
+    }
+    t.ok(waiting, 'the POST waits for the administrator')
+    const guard = new pg.Client({ connectionString: databaseUrl })
+    await guard.connect()
+    t.teardown(() => guard.end())
+    const guarded = guard.query("BEGIN; SET LOCAL deadlock_timeout = '10s'; SELECT pg_advisory_xact_lock(hashtext('cycle-api'), hashtext('cycle-c2'))")
+    let queued = false
+    for (let attempt = 0; attempt < 200 && !queued; attempt++) {
+      const { rowCount } = await db.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [(guard as unknown as { processID: number }).processID])
+      queued = rowCount! > 0
+      if (!queued) await sleep(20)
+    }
+    t.ok(queued, 'the guard waits for the first attempt\'s advisory lock')
+    await admin.query("UPDATE permissions SET description = 'second' WHERE id = 'cycle-p2'")
+    await admin.query('COMMIT')
+    await guarded
+    await guard.query('COMMIT')
+    t.equal((await pending).status, 204)
+
+    const isStatement = (span: ReceivedSpan) => span.attributes['db.system'] === 'postgresql' || span.attributes['db.system.name'] === 'postgresql'
+    // The request span ends after its last statement: once it is in, so are they.
+    const spans = (await receiver.until('the POST\'s span', (spans) => spans.some((span) => span.traceId === caller.traceId && span.kind === SERVER_KIND)))
+      .filter((span) => span.traceId === caller.traceId)
+    const request = spans.find((span) => span.kind === SERVER_KIND)!
+    const statements = spans.filter(isStatement)
+    const names = statements.map(({ name }) => name)
+    t.equal(names.filter((name) => name.startsWith('pg.query:grant')).length, 2, `the grant's statement twice, the failed attempt and the one run again: ${names.join(', ')}`)
+    t.ok(names.some((name) => name.startsWith('pg.query:COMMIT')), 'the second attempt\'s COMMIT')
+    t.ok(statements.every((span) => span.parentSpanId === request.spanId), 'each a child of the request\'s span')
+  })
+
   t.test('a token in the query string (which the logs redact) is not in the span either: url.path is the path alone', async (t) => {
     const caller = callerTraceparent()
     const answer = await fetch(`${server.url}${ordersPath()}?access_token=not-for-traces&limit=5`, { headers: { traceparent: caller.traceparent } })
