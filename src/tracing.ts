@@ -2,7 +2,7 @@
 // Off unless an OTLP endpoint (or OTEL_TRACES_EXPORTER=otlp) is given: then no SDK is even loaded,
 // so tracing off costs nothing. On, it must start before pg is loaded: instrumentation-pg patches
 // the module as it loads (src/server.ts starts it first, then imports the rest).
-import { type Context, type ContextManager, ROOT_CONTEXT } from '@opentelemetry/api'
+import { type Context, type ContextManager, context, ROOT_CONTEXT } from '@opentelemetry/api'
 import type { FastifyPluginCallback, FastifyRequest } from 'fastify'
 
 /** Tracing as started: the request spans' plugin, registered first, and the flush at shutdown. */
@@ -194,6 +194,15 @@ function tracedTelemetry (request: FastifyRequest): RequestTelemetry | undefined
 /** The request's trace context (its span's), when tracing is on and this request is traced. */
 export function requestContext (request: FastifyRequest): Context | undefined {
   return tracedTelemetry(request)?.context ?? undefined
+}
+
+/**
+ * Calls `send` in the request's trace context (as it is when the request is not traced): for a
+ * statement sent after the handler's first await, where the context is lost (SynchronousContextManager).
+ */
+export function inRequestContext<T> (request: FastifyRequest, send: () => T): T {
+  const traced = requestContext(request)
+  return traced ? context.with(traced, send) : send()
 }
 
 /** The request's span, when tracing is on and this request is traced (@fastify/otel's decorator). */

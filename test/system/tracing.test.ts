@@ -12,6 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { pathToFileURL } from 'node:url'
 import pg from 'pg'
 import t from 'tap'
+import { freePort } from '../../db/embedded-postgres.js'
 import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase } from '../../db/seed.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
@@ -346,6 +347,42 @@ t.test('a statement sent outside any request (the feed\'s shared reader) on a co
   const lists = new Set(sent)
   t.same(spans.filter((span) => lists.has(span.traceId) && isStatement(span) && !span.name.startsWith('pg.query:list')).map(({ name, traceId }) => ({ name, traceId })), [],
     `${sent.length} lists: no other statement in their traces`)
+})
+
+t.test('a grant too large, with replicas: the primary\'s position, asked after the failed change, below the request span too', async (t) => {
+  const receiver = await otlpReceiver(t)
+  // A replica nobody listens on: the answers of a change then carry positions (Consistency-Token).
+  const server = await startServer({
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    OTEL_BSP_SCHEDULE_DELAY: '100',
+    DATABASE_REPLICA_URLS: `postgres://u:p@127.0.0.1:${await freePort()}/db`
+  })
+  // Ids within the contract's bounds, too long together for a grant's index entry (test/routes/grant.test.ts).
+  const long = (first: number) => Array.from({ length: 255 }, (_, i) => String.fromCodePoint(0x20000 + ((first * 7919 + i * 104729) % 0xa6d0))).join('')
+  const [resource, client, permission] = [long(1), long(2), long(3)]
+  await db.query('INSERT INTO resources (id) VALUES ($1)', [resource])
+  await db.query('INSERT INTO clients (id) VALUES ($1)', [client])
+  await db.query('INSERT INTO permissions (resource_id, id, name) VALUES ($1, $2, \'read:new\')', [resource, permission])
+  await db.query('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [resource, client])
+  const caller = callerTraceparent()
+  const creator = token({ scope: 'create:resource', ...productionClaims }, { expiresIn: 600 })
+  const answer = await fetch(`${server.url}${ordersPath(client, resource)}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${creator}`, traceparent: caller.traceparent, 'content-type': 'application/json' },
+    body: JSON.stringify([permission])
+  })
+  t.equal(answer.status, 422)
+  t.match(answer.headers.get('consistency-token'), /^[0-9A-F]+\/[0-9A-F]+$/)
+  const isStatement = (span: ReceivedSpan) => span.attributes['db.system'] === 'postgresql' || span.attributes['db.system.name'] === 'postgresql'
+  const spans = (await receiver.until('the POST\'s span', (spans) => spans.some((span) => span.traceId === caller.traceId && span.kind === SERVER_KIND)))
+    .filter((span) => span.traceId === caller.traceId)
+  const request = spans.find((span) => span.kind === SERVER_KIND)!
+  const statements = spans.filter(isStatement)
+  const texts = statements.map((span) => String(span.attributes['db.statement'] ?? span.attributes['db.query.text']))
+  t.ok(texts.some((text) => text.includes('pg_current_wal_insert_lsn') && !text.includes('COMMIT')), `the position's statement: ${statements.map(({ name }) => name).join(', ')}`)
+  t.ok(statements.every((span) => span.parentSpanId === request.spanId), 'each a child of the request\'s span')
+  t.equal(await stop(server), 0)
 })
 
 t.test('the default protocol, http/protobuf: the trace arrives as protobuf', async (t) => {

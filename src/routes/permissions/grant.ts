@@ -5,6 +5,7 @@ import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { isOverDatabaseLimit } from '../../../db/errors.js'
 import { problems } from '../../problems.js'
+import { inRequestContext } from '../../tracing.js'
 import { changeOf, sendChanged } from './change.js'
 import { sendConsistencyToken } from '../consistency.js'
 import { assertChangeApplies } from './target.js'
@@ -25,8 +26,9 @@ export default async function grant (fastify: FastifyInstance) {
       if (!isOverDatabaseLimit(error)) throw error
       request.log.info({ resourceId, clientId, reason: (error as Error).message }, 'grant too large to store')
       // A refusal like the 412 and the other 422 (below), so with a token too (docs/scaling.md);
-      // without one if the primary cannot say where it is: the 422 is still the answer.
-      sendConsistencyToken(reply, await fastify.queries.primaryPosition().catch(() => undefined))
+      // without one if the primary cannot say where it is: the 422 is still the answer. Asked
+      // after an await, in the request's trace context again (src/tracing.ts).
+      sendConsistencyToken(reply, await inRequestContext(request, fastify.queries.primaryPosition).catch(() => undefined))
       throw problems.grantTooLarge(resourceId, clientId)
     })
     // Refused or not, the answer says where the primary was: a caller told 412 reads the current
