@@ -119,6 +119,14 @@ export interface SeedOptions {
 export async function seedDatabase (pool: pg.Pool, data: SeedData, { recordAs }: SeedOptions = {}): Promise<SeedCounts> {
   const counts: SeedCounts = { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }
   const client = await pool.connect()
+  // A connection lost while the seed holds it is also an 'error' event of the client (pg emits one
+  // when the server closes it unasked, even after failing the query in flight), which nothing else
+  // listens to while it is checked out: unheard, it would end the process. The query's own error
+  // says what happened.
+  const lost = (): void => {}
+  client.on('error', lost)
+  // Set when the ROLLBACK fails: the connection is in no known state, and is destroyed, not reused.
+  let broken: Error | undefined
   // Runs one step, saying which entry of the document the database refused.
   const step = async <T>(where: string, work: () => Promise<T>): Promise<T> => {
     try {
@@ -158,9 +166,12 @@ export async function seedDatabase (pool: pg.Pool, data: SeedData, { recordAs }:
     await client.query('COMMIT')
     return counts
   } catch (error) {
-    await client.query('ROLLBACK')
+    // The original error is the one the caller sees: a ROLLBACK that fails too (the connection
+    // lost) would otherwise replace it with its own "Connection terminated".
+    await client.query('ROLLBACK').catch((rollbackError: Error) => { broken = rollbackError })
     throw error
   } finally {
-    client.release()
+    client.removeListener('error', lost)
+    client.release(broken)
   }
 }

@@ -1,6 +1,7 @@
 // db/seed.ts: what a seed document loads, that loading it again changes nothing, and the many ways
 // a document is refused (assertSeedData, then the database through seedDatabase), each named and
 // with nothing of it loaded. `npm run db:seed` itself, in a process: test/scripts/db-commands.test.ts.
+import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
@@ -244,4 +245,31 @@ t.test('an authorization listed twice is merged: its grants are the union, and i
   t.same(await seedDatabase(pool, document), { resources: 2, clients: 2, permissions: 3, authorizations: 2, grants: 3 })
   t.same(await rowCounts(url), { resources: 2, clients: 2, permissions: 3, authorizations: 2, grants: 3 })
   t.same(await seedDatabase(pool, document), { resources: 2, clients: 2, permissions: 3, authorizations: 2, grants: 0 }, 'again: nothing new')
+})
+
+t.test('the connection lost mid-seed: the caller sees why (not the ROLLBACK that could not be sent), and the pool serves again', async (t) => {
+  const { url, pool } = await migratedPool(t)
+  // The seed's first write waits on this lock, then its server process is ended from outside.
+  const holder = new pg.Client({ connectionString: url })
+  await holder.connect()
+  t.teardown(() => holder.end())
+  await holder.query('BEGIN; LOCK TABLE resources')
+  // Watched from outside the holder's transaction, which sees pg_stat_activity as of its first look.
+  const watcher = new pg.Client({ connectionString: url })
+  await watcher.connect()
+  t.teardown(() => watcher.end())
+  const seeding = seedDatabase(pool, seedingFixture()).then(() => undefined, (error: Error) => error)
+  let pid: number | undefined
+  while (pid === undefined) {
+    const { rows } = await watcher.query<{ pid: number }>(`
+      SELECT pid FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO resources%'`)
+    pid = rows[0]?.pid
+    if (pid === undefined) await sleep(50)
+  }
+  await watcher.query('SELECT pg_terminate_backend($1)', [pid])
+  const error = await seeding
+  t.equal((error as { code?: string } | undefined)?.code, '57P01', `the server's own reason: ${String(error)}`)
+  await holder.query('ROLLBACK')
+  t.same(await seedDatabase(pool, seedingFixture()), validCounts, 'the pool\'s one connection is a new one')
 })
