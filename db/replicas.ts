@@ -51,6 +51,8 @@ export class ReplicaSet extends EventEmitter {
   #firstLsn: bigint | undefined
   #next = 0
   readonly #reportedDown = new Set<Replica>()
+  // What each replica was found to lack that the primary has (schemaBehind), by its error's message.
+  readonly #reportedLacking = new Set<string>()
   readonly #downAt = new Map<Replica, number>()
   #timer: NodeJS.Timeout | undefined
   #closed = false
@@ -141,6 +143,17 @@ export class ReplicaSet extends EventEmitter {
     if (this.#reportedDown.has(replica)) return
     this.#reportedDown.add(replica)
     this.emit('down', replica, error)
+  }
+
+  /**
+   * A read that `replica` failed for an object it lacks (schemaBehind) and the primary then
+   * answered: reported once per replica and object (its error's message), not marked down.
+   */
+  lacking (replica: Replica, error: Error): void {
+    const key = `${replica.name}\n${error.message}`
+    if (this.#reportedLacking.has(key)) return
+    this.#reportedLacking.add(key)
+    this.emit('lacking', replica, error)
   }
 
   /** What a read on `replica` has shown of its position (never moves it back). */
@@ -252,6 +265,22 @@ const recoveryConflicts: ReadonlySet<unknown> = new Set(['40001', '40P01', '57P0
  */
 export function replicaFailed (error: unknown): boolean {
   return isDatabaseUnavailable(error) || overloadReasonOf(error) !== undefined
+}
+
+// A table, column, function or type that does not exist (SQLSTATE 42P01, 42703, 42883, 42704):
+// on a replica, what a migration made on the primary and the standby has not replayed yet.
+const missingObjects: ReadonlySet<unknown> = new Set(['42P01', '42703', '42883', '42704'])
+
+/**
+ * Whether a read's failure on a replica may be the replica's schema behind the primary's: the
+ * primary is asked, and its answer (or its own error, when the object is missing there too) is the
+ * caller's. The lag checks keep reads off a replica that has not replayed the migrations the
+ * service started with; this covers what they cannot see, such as another server behind the
+ * replica's URL, or an object made on the primary after the start. Other errors of the request
+ * (data, syntax, a constraint) would be the primary's too, and are not retried.
+ */
+export function schemaBehind (error: unknown): boolean {
+  return missingObjects.has(codeOf(error))
 }
 
 /** Whether a read's failure on a replica is a conflict with its recovery: the primary answers it. */

@@ -15,7 +15,7 @@ import { type ChangeHistoryInput, type ChangeHistoryPage, listPermissionChanges 
 import { type ListGrantedPermissionsInput, listGrantedPermissions, type PermissionPage } from '../db/queries/list.js'
 import { ping, type Queryable } from '../db/queries/statement.js'
 import { parseLsn } from '../db/lsn.js'
-import { readIfReplayed, recoveryConflict, ReplicaSet, replicaFailed } from '../db/replicas.js'
+import { readIfReplayed, recoveryConflict, type Replica, ReplicaSet, replicaFailed, schemaBehind } from '../db/replicas.js'
 import { replicaUrlsOf } from '../src/config.js'
 import { migrationsDir } from '../src/project-root.js'
 
@@ -120,6 +120,7 @@ export default fp(async function db (fastify) {
     })
   replicas?.on('down', (replica, error: Error) => fastify.log.warn({ replica: replica.name, ...databaseErrorSummary(error) }, 'database replica down: its reads go elsewhere'))
   replicas?.on('up', (replica) => fastify.log.warn({ replica: replica.name }, 'database replica back: it takes reads again'))
+  replicas?.on('lacking', (replica, error: Error) => fastify.log.warn({ replica: replica.name, ...databaseErrorSummary(error) }, 'database replica lacks an object the primary has: such reads go to the primary'))
   fastify.decorate('replicas', replicas)
   const read: Read = replicas ? readAnywhere(pool, replicas, config.DATABASE_POOLER === 'transaction') : async (run) => run(pool, false)
   fastify.decorate('read', read)
@@ -195,9 +196,10 @@ function boundQueries (pool: DatabasePool, read: Read, change: ChangeOptions): Q
 /**
  * Reads with replicas: on one that may answer (ReplicaSet.choose), else on the primary. A replica
  * that fails the read (unreachable, or too slow) is marked down and the read goes to the primary;
- * one that cancels it in a conflict with its recovery is not, but the primary answers. A replica
- * found behind the request's token before it reads, or whose answer is older than `satisfied`
- * allows, leaves the read to the primary.
+ * one that cancels it in a conflict with its recovery is not, but the primary answers; nor is one
+ * that lacks a table, column, function or type the read names (schemaBehind), said once when the
+ * primary has it. A replica found behind the request's token before it reads, or whose answer is
+ * older than `satisfied` allows, leaves the read to the primary.
  */
 function readAnywhere (primary: DatabasePool, replicas: ReplicaSet, pooler: boolean): Read {
   return async function read<T extends { position?: string }> (run: (db: Queryable, position: boolean) => Promise<T>, { after, satisfied }: ReadOptions<T> = {}): Promise<T> {
@@ -205,6 +207,8 @@ function readAnywhere (primary: DatabasePool, replicas: ReplicaSet, pooler: bool
     // The caller's trace context, for the primary's statement after an await (db/pool.ts).
     const traced = context.active()
     let reason: string
+    // The replica's error when it lacked what the read names: the primary's answer says whether it should have.
+    let lacking: [Replica, Error] | undefined
     if (typeof replica === 'string') reason = replica
     else {
       try {
@@ -224,11 +228,15 @@ function readAnywhere (primary: DatabasePool, replicas: ReplicaSet, pooler: bool
         else if (replicaFailed(error)) {
           replicas.markDown(replica, error as Error)
           reason = 'replica_failed'
+        } else if (schemaBehind(error)) {
+          lacking = [replica, error as Error]
+          reason = 'schema_behind'
         } else throw error
       }
     }
     replicas.emit('fallback', reason)
     const result = await context.with(traced, run, undefined, primary, true)
+    if (lacking) replicas.lacking(...lacking)
     replicas.emit('read', 'primary')
     return result
   }

@@ -130,10 +130,11 @@ export default fp(async function metrics (fastify) {
       help: 'Reads sent to the primary instead of a replica, by reason: none_up, lagging (past ' +
         'DATABASE_REPLICA_MAX_LAG_MS), behind_token (Consistency-Token not replayed), behind_version ' +
         '(If-None-Match names a newer version), replica_failed (the read failed on the replica), ' +
-        'recovery_conflict (the replica cancelled it in a conflict with its replay)',
+        'recovery_conflict (the replica cancelled it in a conflict with its replay), schema_behind (the replica lacks ' +
+        'a table, column, function or type the read names)',
       labelNames: ['reason']
     })
-    for (const reason of ['none_up', 'lagging', 'behind_token', 'behind_version', 'replica_failed', 'recovery_conflict']) fallbacks.inc({ reason }, 0)
+    for (const reason of ['none_up', 'lagging', 'behind_token', 'behind_version', 'replica_failed', 'recovery_conflict', 'schema_behind']) fallbacks.inc({ reason }, 0)
     replicas.on('fallback', (reason: string) => fallbacks.inc({ reason }))
     new client.Gauge({ // eslint-disable-line no-new
       name: 'db_replica_lag_seconds',

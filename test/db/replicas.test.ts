@@ -11,7 +11,7 @@ import { ConnectionWaitTimeout } from '../../db/errors.js'
 import { freePort } from '../../db/embedded-postgres.js'
 import { parseLsn, positionColumn } from '../../db/lsn.js'
 import { DatabasePool } from '../../db/pool.js'
-import { readIfReplayed, recoveryConflict, type Replica, replicaFailed, ReplicaSet, type ReplicaSetOptions } from '../../db/replicas.js'
+import { readIfReplayed, recoveryConflict, type Replica, replicaFailed, ReplicaSet, type ReplicaSetOptions, schemaBehind } from '../../db/replicas.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 
 skipUnlessPostgresServer(t, 'the replica set test')
@@ -451,6 +451,10 @@ t.test('a replica\'s failure or a conflict with its recovery, told from a reques
   t.equal(replicaFailed(new ConnectionWaitTimeout('no connection in time')), true, 'busy beyond its bounds')
   t.equal(replicaFailed(withCode('57014')), true, 'a statement past its timeout')
   t.equal(replicaFailed(withCode('42P01')), false, 'an error of the request')
+  // What a migration makes, not yet replayed: a table, a column, a function, a type.
+  for (const code of ['42P01', '42703', '42883', '42704']) t.equal(schemaBehind(withCode(code)), true, code)
+  for (const code of ['22P02', '42601', '42501', '57014', '40001']) t.equal(schemaBehind(withCode(code)), false, `${code}: the primary's answer as well, or handled as an outage, overload or conflict`)
+  t.equal(schemaBehind({ code: '42P01' }), false, 'not an Error')
 })
 
 t.test('a position\'s text: pg_lsn only', async (t) => {

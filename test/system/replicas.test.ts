@@ -345,6 +345,41 @@ t.test('a replica believed past the token but behind it when read: its position 
   t.same(fallbacks, ['behind_token'], 'the replica, asked first, had not replayed the token: the primary answered')
 })
 
+t.test('a replica without a table the primary has (its creation not replayed yet): the read goes to the primary, said once; an error the primary would give too stays the caller\'s', async (t) => {
+  const { app } = relaxed
+  const [replica] = app.replicas!.replicas
+  await cluster.waitForReplay()
+  await until('the replica is up', async () => replica.up)
+  await cluster.pauseReplay()
+  t.teardown(async () => {
+    await cluster.resumeReplay()
+    await primary.query('DROP TABLE IF EXISTS made_after_the_start')
+  })
+  // Made after the service's first probe: the replica is within the lag bound and past the
+  // primary's first position, as is any server behind the replica's URL that the probe did not see.
+  await primary.query('CREATE TABLE made_after_the_start (n int); INSERT INTO made_after_the_start VALUES (1)')
+  await cluster.waitForReceive()
+  const fallbacks: string[] = []
+  const onFallback = (reason: string) => fallbacks.push(reason)
+  app.replicas!.on('fallback', onFallback)
+  t.teardown(() => { app.replicas!.off('fallback', onFallback) })
+  const warned = () => relaxed.logs.lines.filter((line) => line.msg === 'database replica lacks an object the primary has: such reads go to the primary').length
+  const readNew = () => app.read(async (db) => {
+    const { rows: [row] } = await db.query<{ n: number, position: string }>(`SELECT n, ${positionColumn} FROM made_after_the_start`)
+    return row
+  })
+  for (const attempt of [1, 2]) t.equal((await readNew()).n, 1, `read ${attempt}: the primary answers`)
+  t.same(fallbacks, ['schema_behind', 'schema_behind'])
+  t.equal(warned(), 1, 'said once')
+  t.ok(replica.up, 'the replica still takes the reads it can answer')
+  // A relation that exists nowhere, or a data error: the primary's answer would be the same.
+  const failure = (sql: string) => app.read(async (db) => (await db.query(sql)).rows[0]).then(() => undefined, (error: Error & { code?: string }) => error.code)
+  t.equal(await failure('SELECT * FROM no_such_relation_anywhere'), '42P01', 'the primary asked too, and its error is the caller\'s')
+  t.equal(await failure("SELECT 'x'::int"), '22P02', 'a data error: not retried')
+  t.same(fallbacks, ['schema_behind', 'schema_behind', 'schema_behind'])
+  t.equal(warned(), 1, 'a relation the primary lacks as well says nothing of the replica')
+})
+
 t.test('a service started while the replica has not replayed its migrations: its reads go to the primary (no 500 for a table the replica lacks); replayed, the replica takes them', async (t) => {
   const database = 'started_behind'
   await primary.query(`CREATE DATABASE ${database}`)
