@@ -2,24 +2,14 @@
 // no session state and no named prepared statements may be relied on across transactions.
 // Needs the pgbouncer binary (CI installs Debian's package); skipped with a message otherwise, and
 // a failure under CI.
-import { type ChildProcess, spawn } from 'node:child_process'
-import { once } from 'node:events'
-import { existsSync, rmSync } from 'node:fs'
-import { rm, writeFile } from 'node:fs/promises'
-import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
-import pg from 'pg'
 import t, { type Test } from 'tap'
-import { temporaryFolder } from '../../db/cluster-folders.js'
-import { freePort } from '../../db/embedded-postgres.js'
 import { seedDatabase } from '../../db/seed.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { atExit, endsWithTest } from '../support/at-exit.js'
 import { createTestDatabase } from '../support/database.js'
 import { build } from '../support/harness.js'
+import { pgbouncerBinary as binary, startPgBouncer } from '../support/pgbouncer.js'
 import { deleteToken, readToken } from '../support/tokens.js'
 
-const binary = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((path) => existsSync(path))
 const SERVER_CONNECTIONS = 3
 
 if (!binary) {
@@ -27,52 +17,7 @@ if (!binary) {
   t.plan(0, 'pgbouncer is not installed (apt-get install pgbouncer); CI installs it')
 } else {
   const directUrl = new URL(await createTestDatabase(t))
-  const dir = await temporaryFolder('client-permissions-pgbouncer-')
-  const cancelRemoval = atExit(() => rmSync(dir, { recursive: true, force: true }))
-  const port = await freePort()
-  const database = directUrl.pathname.slice(1)
-  await writeFile(join(dir, 'pgbouncer.ini'), [
-    '[databases]',
-    `${database} = host=${directUrl.hostname} port=${directUrl.port} dbname=${database} ` +
-      `user=${decodeURIComponent(directUrl.username)}` +
-      // A server that asks none (TEST_DATABASE_URL without one): an empty `password=` is a syntax error.
-      (directUrl.password ? ` password=${decodeURIComponent(directUrl.password)}` : ''),
-    '[pgbouncer]',
-    'listen_addr = 127.0.0.1',
-    `listen_port = ${port}`,
-    'unix_socket_dir =',
-    'auth_type = any',
-    'pool_mode = transaction',
-    `default_pool_size = ${SERVER_CONNECTIONS}`,
-    'max_client_conn = 200',
-    'server_reset_query =',
-    ''
-  ].join('\n'), { mode: 0o644 })
-  // PgBouncer refuses to run as root: it then switches to the embedded PostgreSQL's user itself.
-  const asUser = process.getuid?.() === 0 ? ['-u', 'postgres'] : []
-  const bouncer: ChildProcess = endsWithTest(spawn(binary, [...asUser, join(dir, 'pgbouncer.ini')], { stdio: ['ignore', 'ignore', 'pipe'] }))
-  let bouncerLog = ''
-  bouncer.stderr!.on('data', (chunk) => { bouncerLog += chunk })
-  t.teardown(async () => {
-    bouncer.kill('SIGINT')
-    if (bouncer.exitCode === null) await once(bouncer, 'exit')
-    await rm(dir, { recursive: true, force: true })
-    cancelRemoval()
-  })
-
-  const bouncerUrl = new URL(directUrl)
-  bouncerUrl.port = String(port)
-  for (let attempt = 0; ; attempt++) {
-    const probe = new pg.Client({ connectionString: bouncerUrl.toString() })
-    try {
-      await probe.connect()
-      await probe.end()
-      break
-    } catch (error) {
-      if (attempt > 50) throw new Error(`pgbouncer did not start: ${(error as Error).message}\n${bouncerLog}`)
-      await sleep(100)
-    }
-  }
+  const bouncerUrl = await startPgBouncer(t, binary, directUrl, { serverConnections: SERVER_CONNECTIONS })
 
   const harness = await build(t, {
     DATABASE_URL: bouncerUrl.toString(),
