@@ -26,10 +26,38 @@ const TOO_MANY_CONNECTIONS = '53300'
 
 const codeOf = (error: Error) => (error as Error & { code?: unknown }).code
 
+// PgBouncer sends each refusal of its own as protocol_violation, then closes the client's connection.
+const PROTOCOL_VIOLATION = '08P01'
+// PgBouncer's refusals when it cannot reach the server: its logins to it fail ("server login has
+// been failing, try again later (server_login_retry)" in 1.18; "…, cached error: … (server_login_retry)"
+// later; "pgbouncer cannot connect to server" before), or the server connection under the client's
+// transaction was lost ("server conn crashed?"). Only the words tell them from its other refusals.
+const POOLER_CANNOT_REACH_SERVER = /server login has been failing|pgbouncer cannot connect to server|server conn crashed/
+// PgBouncer's refusal when no server connection became free within its query_wait_timeout: its
+// queue, behind a transaction pooler, is the wait for a connection. It says the same while the
+// server cannot be reached (a client queued when it went away), so the pool that saw it decides.
+const POOLER_QUEUE_WAIT_EXPIRED = 'query_wait_timeout'
+
+// Pooler queue waits that ran out while their pool's latest sign was that the database cannot be
+// reached (db/pool.ts): an outage, as pg-pool's own wait is then.
+const queueWaitsWhileUnreachable = new WeakSet<Error>()
+
+/** Whether `error` is PgBouncer's query_wait_timeout: no server connection became free in its queue in time. */
+export function isPoolerQueueWaitExpired (error: unknown): boolean {
+  return error instanceof Error && codeOf(error) === PROTOCOL_VIOLATION && error.message === POOLER_QUEUE_WAIT_EXPIRED
+}
+
+/** Takes a pooler's query_wait_timeout for the database unavailable: its pool had found the database unreachable. */
+export function markQueueWaitWhileUnreachable (error: Error): void {
+  queueWaitsWhileUnreachable.add(error)
+}
+
 /** Whether an error means the database cannot be reached now, as opposed to a bug or overload. */
 export function isDatabaseUnavailable (error: unknown): boolean {
   if (!(error instanceof Error)) return false
   if (unavailableCodes.has(codeOf(error))) return true
+  if (codeOf(error) === PROTOCOL_VIOLATION && POOLER_CANNOT_REACH_SERVER.test(error.message)) return true
+  if (queueWaitsWhileUnreachable.has(error)) return true
   // pg's own words for a connection that could not be made or was lost, and for a server that did
   // not answer a query at all within query_timeout (one that is alive cancels it sooner itself).
   return /Connection terminated|Query read timeout|encountered a connection error and is not queryable/i.test(error.message)
@@ -40,6 +68,8 @@ export type OverloadReason = 'connection_wait' | 'statement_timeout'
 /** Why a database error means overload, or undefined when it does not. */
 export function overloadReasonOf (error: unknown): OverloadReason | undefined {
   if (error instanceof ConnectionWaitTimeout) return 'connection_wait'
+  // The pooler's wait for a server connection, as pg-pool's own: overload while the database answers.
+  if (error instanceof Error && isPoolerQueueWaitExpired(error) && !queueWaitsWhileUnreachable.has(error)) return 'connection_wait'
   // too_many_connections: the server is there and refuses one more connection under load.
   if (error instanceof Error && codeOf(error) === TOO_MANY_CONNECTIONS) return 'connection_wait'
   if (error instanceof Error && codeOf(error) === STATEMENT_TIMEOUT) return 'statement_timeout'

@@ -6,7 +6,7 @@ import { EventEmitter, once } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import { type Context, context, ROOT_CONTEXT } from '@opentelemetry/api'
 import pg from 'pg'
-import { ConnectionWaitTimeout, DatabaseUnreachable, isDatabaseUnavailable } from './errors.js'
+import { ConnectionWaitTimeout, DatabaseUnreachable, isDatabaseUnavailable, isPoolerQueueWaitExpired, markQueueWaitWhileUnreachable } from './errors.js'
 
 export interface DatabasePoolOptions {
   connectionString: string
@@ -26,6 +26,11 @@ export interface DatabasePoolOptions {
   settings?: Record<string, string | number>
   /** How long an idle connection is kept; 0 keeps it (pg-pool's default is 10 s). */
   idleTimeoutMs?: number
+  /**
+   * Connected through a transaction pooler (PgBouncer): a connection made is the pooler's answer,
+   * given whether or not the database can be reached.
+   */
+  pooler?: boolean
 }
 
 // pg-pool's words when a queued request's wait runs out (a new connection that times out says
@@ -81,7 +86,7 @@ export class DatabasePool extends pg.Pool {
   readonly #clients = new Set<BoundedClient>()
   readonly #sweep: NodeJS.Timeout | undefined
 
-  constructor ({ connectionString, max, connectionWaitMs, queryTimeoutMs, settings = {}, idleTimeoutMs = 10_000 }: DatabasePoolOptions) {
+  constructor ({ connectionString, max, connectionWaitMs, queryTimeoutMs, settings = {}, idleTimeoutMs = 10_000, pooler = false }: DatabasePoolOptions) {
     const options = Object.entries(settings).map(([name, value]) => `-c ${name}=${value}`).join(' ')
     super({
       connectionString,
@@ -100,13 +105,23 @@ export class DatabasePool extends pg.Pool {
       this.#sweep = setInterval(() => this.#endUnanswered(queryTimeoutMs), Math.min(1000, Math.max(10, queryTimeoutMs / 10)))
       this.#sweep.unref()
     }
-    this.on('connect', () => this.#answered())
+    // A pooler logs a client in while the database is gone (PgBouncer answers it with the server
+    // settings it keeps): behind one, only a statement answered is the database answering.
+    if (!pooler) this.on('connect', () => this.#answered())
     this.on('release', (error: Error | undefined, client: pg.PoolClient) => {
       (client as unknown as BoundedClient).traceContext = undefined
-      // Checked first: a server shutting down also answers with a DatabaseError (57P01).
-      if (error && isDatabaseUnavailable(error)) this.lastUnreachableAt = performance.now()
-      // Any other DatabaseError is an answer too (a constraint, a cancelled statement).
-      else if (!error || error instanceof pg.DatabaseError) this.#answered()
+      if (!error) this.#answered()
+      // Before any DatabaseError is taken for an answer: a server shutting down also answers with
+      // one (57P01), and so does PgBouncer when it cannot reach the server (server_login_retry).
+      else if (isDatabaseUnavailable(error)) this.lastUnreachableAt = performance.now()
+      // PgBouncer's queue wait that ran out (query_wait_timeout) is overload while the database
+      // answers, as pg-pool's own wait is (#classify), but an outage when the latest sign was that
+      // it cannot be reached: PgBouncer says the same to a client queued when the server went away.
+      // Told here, which the error passes before its caller gets it (pg-pool releases first).
+      else if (isPoolerQueueWaitExpired(error)) {
+        if (this.unreachable) markQueueWaitWhileUnreachable(error)
+      // Neither is an answer of the database's. Any other DatabaseError is (a constraint, a cancelled statement).
+      } else if (error instanceof pg.DatabaseError) this.#answered()
     })
   }
 

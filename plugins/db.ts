@@ -86,11 +86,15 @@ export default fp(async function db (fastify) {
         // index scan, so it is used from the first execution.
         ...(config.DATABASE_PREPARED_STATEMENTS ? { plan_cache_mode: 'force_generic_plan' } : {})
       }
+  // Behind a transaction pooler a connection made, or a refusal, is the pooler's answer, not the
+  // database's (db/pool.ts): readiness and the outage/overload choice go by statements answered.
+  const pooler = config.DATABASE_POOLER === 'transaction'
   const poolOptions = {
     max: config.DATABASE_POOL_MAX,
     connectionWaitMs: config.DATABASE_CONNECTION_WAIT_MS,
     queryTimeoutMs: config.DATABASE_QUERY_TIMEOUT_MS,
-    settings
+    settings,
+    pooler
   }
   const pool = new DatabasePool({ connectionString: DATABASE_URL, ...poolOptions })
   // Readiness gets its own connection: behind a saturated pool it would wait its turn and fail.
@@ -100,7 +104,8 @@ export default fp(async function db (fastify) {
     connectionWaitMs: config.READINESS_TIMEOUT_MS,
     queryTimeoutMs: config.READINESS_TIMEOUT_MS,
     // Kept between probes (often 10 s apart): a new connection is what fails first under load.
-    idleTimeoutMs: 0
+    idleTimeoutMs: 0,
+    pooler
   })
   // An idle client that loses its connection (say, the server restarts) emits 'error' on the pool;
   // unhandled, that would crash the process. The pool drops the client and connects anew later.
