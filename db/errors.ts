@@ -37,6 +37,9 @@ const POOLER_CANNOT_REACH_SERVER = /server login has been failing|pgbouncer cann
 // queue, behind a transaction pooler, is the wait for a connection. It says the same while the
 // server cannot be reached (a client queued when it went away), so the pool that saw it decides.
 const POOLER_QUEUE_WAIT_EXPIRED = 'query_wait_timeout'
+// PgBouncer's refusal of one more client connection: it takes max_client_conn at once. Like the
+// server's too_many_connections, it is there and busy.
+const POOLER_FULL = /^no more connections allowed \(max_client_conn\)/
 
 // Pooler queue waits that ran out while their pool's latest sign was that the database cannot be
 // reached (db/pool.ts): an outage, as pg-pool's own wait is then.
@@ -72,6 +75,7 @@ export function overloadReasonOf (error: unknown): OverloadReason | undefined {
   if (error instanceof Error && isPoolerQueueWaitExpired(error) && !queueWaitsWhileUnreachable.has(error)) return 'connection_wait'
   // too_many_connections: the server is there and refuses one more connection under load.
   if (error instanceof Error && codeOf(error) === TOO_MANY_CONNECTIONS) return 'connection_wait'
+  if (error instanceof Error && codeOf(error) === PROTOCOL_VIOLATION && POOLER_FULL.test(error.message)) return 'connection_wait'
   if (error instanceof Error && codeOf(error) === STATEMENT_TIMEOUT) return 'statement_timeout'
   return undefined
 }

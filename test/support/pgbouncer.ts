@@ -18,6 +18,8 @@ export const pgbouncerBinary = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].fin
 export interface PgBouncerOptions {
   /** default_pool_size: the server connections PgBouncer opens to the database. */
   serverConnections: number
+  /** max_client_conn: the client connections it takes at once (200 unless given). */
+  clientConnections?: number
   /** More lines of its [pgbouncer] section (`name = value`). */
   settings?: string[]
 }
@@ -26,7 +28,7 @@ export interface PgBouncerOptions {
  * PgBouncer in front of the database at `directUrl` (listed under its own name), and its URL: the
  * same as `directUrl` but for the port. `stats_users` is that URL's user, who may SHOW on its console.
  */
-export async function startPgBouncer (t: Test, binary: string, directUrl: URL, { serverConnections, settings = [] }: PgBouncerOptions): Promise<URL> {
+export async function startPgBouncer (t: Test, binary: string, directUrl: URL, { serverConnections, clientConnections = 200, settings = [] }: PgBouncerOptions): Promise<URL> {
   const dir = await temporaryFolder('client-permissions-pgbouncer-')
   const cancelRemoval = atExit(() => rmSync(dir, { recursive: true, force: true }))
   const port = await freePort()
@@ -44,7 +46,7 @@ export async function startPgBouncer (t: Test, binary: string, directUrl: URL, {
     'auth_type = any',
     'pool_mode = transaction',
     `default_pool_size = ${serverConnections}`,
-    'max_client_conn = 200',
+    `max_client_conn = ${clientConnections}`,
     'server_reset_query =',
     `stats_users = ${user}`,
     ...settings,

@@ -75,6 +75,27 @@ if (!binary) {
     t.equal((await list()).status, 200, 'served again once a server connection is free')
   })
 
+  t.test('overload: PgBouncer taking no more client connections (max_client_conn) → 503 overloaded with Retry-After', async (t) => {
+    // A second PgBouncer in front of the same server, which takes two clients at once.
+    const fullUrl = await startPgBouncer(t, binary!, directUrl, { serverConnections: SERVER_CONNECTIONS, clientConnections: SERVER_CONNECTIONS })
+    const full = await build(t, {
+      DATABASE_URL: fullUrl.toString(),
+      MIGRATIONS_DATABASE_URL: directUrl.toString(),
+      DATABASE_PREPARED_STATEMENTS: 'false',
+      DATABASE_POOLER: 'transaction',
+      LOG_LEVEL: 'silent'
+    })
+    // Its two client connections held by the service's own pool; a request needs a third.
+    const holds = Array.from({ length: SERVER_CONNECTIONS }, () => full.app.db.query('SELECT pg_sleep(2)').catch((error: unknown) => error))
+    await until('both client connections made', async () => full.app.db.totalCount >= SERVER_CONNECTIONS && full.app.db.idleCount === 0)
+    const shed = await full.request(ordersPath(), { token: readToken() })
+    t.equal(shed.status, 503, shed.text)
+    t.match(shed.body, { type: '/problems/overloaded', status: 503 })
+    t.equal(shed.headers.get('retry-after'), '5')
+    t.match(await (await fetch(`${full.baseUrl}/metrics`)).text(), /requests_shed_total\{reason="connection_wait"\} [1-9]/, 'counted as shed for want of a connection')
+    for (const held of await Promise.all(holds)) t.notOk(held instanceof Error, 'the statements holding the client connections were answered')
+  })
+
   t.test('the database stopped while a request waits in PgBouncer\'s queue: its query_wait_timeout is the outage → 503 database-unavailable', async (t) => {
     const holds = await holdEveryServerConnection(60)
     const waiting = list()
