@@ -50,10 +50,16 @@ export class PageCache {
     this.#pages.set(key, kept)
   }
 
-  /** The database built `page`: kept under `key` in place of what was there, unless larger than a quarter of the budget. */
+  /**
+   * The database built `page`: kept under `key` in place of what was there, unless larger than a
+   * quarter of the budget, or of an older version than the page kept (two reads racing, the one
+   * that read the older version finishing last): the cache never goes back to an older state.
+   */
   built (key: string, page: KeptPage): void {
     this.#misses++
-    this.#remove(key)
+    const kept = this.#pages.get(key)
+    if (kept !== undefined && BigInt(kept.version) > BigInt(page.version)) return
+    this.#remove(key, kept)
     const size = sizeOf(key, page)
     if (size * 4 > this.#maxBytes) return
     this.#pages.set(key, ownsItsMemory(page.body) ? page : { version: page.version, body: copyOf(page.body) })

@@ -48,6 +48,21 @@ t.test('a page built again replaces the one kept, and its bytes', async (t) => {
   t.equal(cache.misses, 2)
 })
 
+t.test('a page built from an older version than the one kept leaves the newer in place: the cache never moves back', async (t) => {
+  // Two reads racing: the one that read the older version finishes last.
+  const cache = new PageCache(10_000)
+  const newer = pageOf('10', 100)
+  cache.built('a', newer)
+  cache.built('a', pageOf('9', 300)) // compared as numbers: "9" < "10"
+  t.equal(cache.candidate('a'), newer)
+  t.equal(cache.bytes, sizeOf('a', newer))
+  t.equal(cache.misses, 2, 'built by the database all the same')
+  const same = pageOf('10', 100)
+  cache.built('a', same)
+  t.equal(cache.candidate('a'), same, 'the same version: either will do, the last one is kept')
+  t.equal(cache.bytes, sizeOf('a', same))
+})
+
 t.test('over its bytes, the page served least recently goes first', async (t) => {
   const page = () => pageOf('1', 800)
   const size = sizeOf('a', page())
