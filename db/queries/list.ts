@@ -54,6 +54,14 @@ function decidingKeys (sort: SortKey[]): SortKey[] {
   return uniqueAt === -1 ? [...sort, { property: 'id', direction: 'asc' }] : sort.slice(0, uniqueAt + 1)
 }
 
+/**
+ * The order a sort reads the list in, as text (`name.asc`, `description.desc,id.asc`): the same for
+ * every `sort_by` that reads the same pages (`name`, `name.asc,id.desc`, `name,name.desc`).
+ */
+export function orderOf (sort: SortKey[]): string {
+  return decidingKeys(sort).map(({ property, direction }) => `${property}.${direction}`).join(',')
+}
+
 function orderBy (keys: SortKey[], columns: Record<SortProperty, string>): string {
   return keys.map(({ property, direction }) => `${columns[property]} ${directions[direction]}`).join(', ')
 }
@@ -119,11 +127,10 @@ export function listGrantedPermissionsSql (sort: SortKey[], position = false): s
 const listStatements = new Map<string, { name: string, text: string }>()
 
 function listStatement (sort: SortKey[], position: boolean): { name: string, text: string } {
-  const keys = decidingKeys(sort)
-  const name = `list${position ? '+position' : ''} ${keys.map(({ property, direction }) => `${property}.${direction}`).join(',')}`
+  const name = `list${position ? '+position' : ''} ${orderOf(sort)}`
   let known = listStatements.get(name)
   if (!known) {
-    known = { name, text: listGrantedPermissionsSql(keys, position) }
+    known = { name, text: listGrantedPermissionsSql(sort, position) }
     listStatements.set(name, known)
   }
   return known

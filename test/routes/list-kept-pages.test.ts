@@ -59,6 +59,24 @@ t.test('each query has its page: limit, page and order', async (t) => {
   for (const [i, query] of queries.entries()) t.equal((await list(cached, query)).text, first[i], query)
 })
 
+t.test('sort_by spelled differently for one order shares one kept page', async (t) => {
+  // The same order: no direction is ascending, a repeated property keeps its first, and keys after
+  // a unique one (id, or name: unique per resource) decide nothing; description alone ends with id.
+  for (const spellings of [['name', 'name.asc', 'name.asc,id.desc', 'name,name.desc'], ['description.desc', 'description.desc,id', 'description.desc,id.asc']]) {
+    const before = await reads(cached)
+    const pages: string[] = []
+    for (const sortBy of spellings) pages.push((await list(cached, `?limit=4&offset=1&sort_by=${sortBy}`)).text)
+    const after = await reads(cached)
+    t.same(pages, spellings.map(() => pages[0]), 'the same page')
+    t.same({ hit: after.hit - before.hit, miss: after.miss - before.miss }, { hit: spellings.length - 1, miss: 1 }, `${spellings.join(' ')}: built once`)
+  }
+  // The two grants without a description tie: their second key decides.
+  const before = await reads(cached)
+  t.not((await list(cached, '?limit=4&sort_by=description.desc,name.desc')).text, (await list(cached, '?limit=4&sort_by=description.desc')).text,
+    'description.desc,name.desc is another order')
+  t.equal((await reads(cached)).miss - before.miss, 2, 'with a page of its own')
+})
+
 t.test('a change by another instance, or by SQL, is on the next read: never a stale page', async (t) => {
   const read = async () => {
     const res = await list(cached, '?sort_by=id')

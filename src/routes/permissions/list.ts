@@ -1,5 +1,6 @@
 // GET: one page of the permissions granted to a client on a resource.
 import type { FastifyInstance } from 'fastify'
+import { orderOf } from '../../../db/queries/list.js'
 import { parseSortBy } from '../../../db/queries/sort.js'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
@@ -36,11 +37,13 @@ export default async function listPermissions (fastify: FastifyInstance) {
       const ifMatch = ifMatchVersions(request.headers['if-match'])
       // Both conditions are decided on a state at least as new as the newest version they name.
       const newest = newestOf(ifMatch === undefined ? named : [...named, ...ifMatch])
-      const key = pages && JSON.stringify([resourceId, clientId, sortBy, limit, page])
+      const sort = parseSortBy(sortBy)
+      // By the order read, not its spelling: every sort_by of one order shares the page.
+      const key = pages && JSON.stringify([resourceId, clientId, orderOf(sort), limit, page])
       const kept = key === undefined ? undefined : pages!.candidate(key)
       // The database builds the page only when the authorization is at none of these versions.
       const knownVersions = kept === undefined ? named : [...named, kept.version]
-      const result = await fastify.queries.listGrantedPermissions({ resourceId, clientId, limit, page, sort: parseSortBy(sortBy), knownVersions }, {
+      const result = await fastify.queries.listGrantedPermissions({ resourceId, clientId, limit, page, sort, knownVersions }, {
         after: consistencyTokenOf(request),
         // Decided against a state at least as new as the version the caller names (a replica behind
         // it would answer 412 for a tag the caller holds, or 200 for one it already has).
