@@ -105,7 +105,7 @@ export default fp(async function metrics (fastify) {
   if (listPages) {
     new client.Counter({ // eslint-disable-line no-new
       name: 'list_page_cache_reads_total',
-      help: 'Pages of the list sent, by outcome: hit (kept, the database sent only its version), miss (built by the database)',
+      help: 'Pages of the list sent (a HEAD counts as its GET; a 304 or 412 sends none and is not counted), by outcome: hit (kept, the database sent only its version), miss (built by the database)',
       labelNames: ['outcome'],
       collect () {
         this.reset()

@@ -105,13 +105,18 @@ t.test('a change by another instance, or by SQL, is on the next read: never a st
 t.test('If-None-Match: the current tag → 304 whether a page is kept or not; a stale one → the page', async (t) => {
   const { headers, text } = await list(cached)
   const etag = headers.get('etag')!
+  const before = await reads(cached)
   t.equal((await list(cached, '', { 'if-none-match': etag })).status, 304)
+  t.equal((await list(cached, '?limit=7', { 'if-none-match': '*' })).status, 304)
+  t.equal((await list(cached, '', { 'if-match': '"1"' })).status, 412)
+  t.same(await reads(cached), before, 'a 304 or 412 sends no page: neither hit nor miss (list_page_cache_reads_total counts pages sent)')
   t.equal((await list(uncached, '', { 'if-none-match': `"1", ${etag}` })).status, 304)
   const stale = await list(cached, '', { 'if-none-match': '"1"' })
   t.equal(stale.status, 200)
   t.equal(stale.text, text)
   const head = await cached.request(ordersPath(), { method: 'HEAD', token: readToken() })
   t.same([head.status, head.headers.get('etag'), head.text], [200, etag, ''], 'HEAD')
+  t.equal((await reads(cached)).hit - before.hit, 2, 'the page sent again, and the HEAD: hits')
 })
 
 t.test('404s are not kept: a client authorized later gets its page', async (t) => {
