@@ -1,5 +1,6 @@
 // The DELETE and the POST: one statement that changes a client's grants only when the change
 // applies, and records it in the history in the same transaction.
+import { setTimeout as sleep } from 'node:timers/promises'
 import { context } from '@opentelemetry/api'
 import type pg from 'pg'
 import { primaryPosition } from '../lsn.js'
@@ -164,16 +165,24 @@ function authorizationLocks (client: pg.PoolClient, { resourceId, clientId }: Pi
 
 // deadlock_detected: PostgreSQL failed this transaction to break a cycle of lock waits.
 const DEADLOCK_DETECTED = '40P01'
-/** Attempts of a change that PostgreSQL fails to break a deadlock: the first and one more. */
-const CHANGE_ATTEMPTS = 2
+/** Attempts of a change that PostgreSQL fails to break a deadlock: the first and two more. */
+const CHANGE_ATTEMPTS = 3
+/** The pause before a change is run again, in ms: at least the first, up to the second, at random. */
+const RETRY_PAUSE_MS = [20, 50] as const
 
 /**
  * A change, run again from BEGIN when PostgreSQL failed it to break a deadlock: it had changed
- * nothing (its transaction was rolled back), and the other side of the cycle holds its locks no
- * more. Renames of several permissions at once (SQL, seeds) can deadlock with a grant (migration
- * 0010 says how); the caller should not get a 500 for that. Each attempt takes its connection in
- * the caller's trace context, kept for synchronous calls only (src/tracing.ts): the second starts
- * after an await, and its statements would have no span.
+ * nothing (its transaction was rolled back). Renames of several permissions at once (SQL, seeds)
+ * can deadlock with a grant (migration 0010 says how); the caller should not get a 500 for that.
+ * The other side of the cycle still holds its locks until it commits: its statement was woken by
+ * the rollback and takes the lock it waited for (the authorization's row) as soon as it runs. Run
+ * again at once, on a connection idle in the pool, the change could take that row before it,
+ * wait for the other side's rows again and close the same cycle: failed again, a 500. So it
+ * pauses first, a few tens of ms at random (two changes failed together do not start again
+ * together), then waits behind the other side's commit instead. Each attempt takes its
+ * connection in the caller's trace context, kept for synchronous calls only (src/tracing.ts): the
+ * others start after an await, and their statements would have no span. A change failed by every
+ * attempt is a 500 still: the spec's 503 problem types say outage or overload, not a deadlock.
  */
 async function changeGrants (pool: pg.Pool, name: string, text: string, input: ChangeInput, options: ChangeOptions): Promise<ChangeResult> {
   const traced = context.active()
@@ -183,6 +192,7 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
     } catch (error) {
       if (attempt >= CHANGE_ATTEMPTS || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error
     }
+    await sleep(RETRY_PAUSE_MS[0] + Math.random() * (RETRY_PAUSE_MS[1] - RETRY_PAUSE_MS[0]))
   }
 }
 

@@ -179,10 +179,10 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     // authorization (migration 0010). PostgreSQL breaks the cycle by failing the POST, whose
     // deadlock_timeout (1 s, the default) is the shorter, and the change is run again from BEGIN.
     // The administrator still holds cycle-p1's row then: a second attempt that took the
-    // authorization before the administrator woke up would close the same cycle again, and fail
-    // for good. So a guard queues for the authorization's advisory lock behind the first attempt:
-    // PostgreSQL grants it the lock as that attempt rolls back, and the second waits for it until
-    // the administrator has committed.
+    // authorization before the administrator woke up (the change pauses first, so rarely) would
+    // close the same cycle again, and make a third. So a guard queues for the authorization's
+    // advisory lock behind the first attempt: PostgreSQL grants it the lock as that attempt rolls
+    // back, and the second waits for it until the administrator has committed.
     await db.query(`
       INSERT INTO resources (id) VALUES ('cycle-api');
       INSERT INTO permissions (id, resource_id, name) VALUES ('cycle-p1', 'cycle-api', 'read:cycle'), ('cycle-p2', 'cycle-api', 'write:cycle');
