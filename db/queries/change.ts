@@ -168,7 +168,7 @@ const DEADLOCK_DETECTED = '40P01'
 /** Attempts of a change that PostgreSQL fails to break a deadlock: the first and two more. */
 const CHANGE_ATTEMPTS = 3
 /** The pause before a change is run again, in ms: at least the first, up to the second, at random. */
-const RETRY_PAUSE_MS = [20, 50] as const
+const RETRY_PAUSE_MS = [50, 150] as const
 
 /**
  * A change, run again from BEGIN when PostgreSQL failed it to break a deadlock: it had changed
@@ -178,8 +178,8 @@ const RETRY_PAUSE_MS = [20, 50] as const
  * the rollback and takes the lock it waited for (the authorization's row) as soon as it runs. Run
  * again at once, on a connection idle in the pool, the change could take that row before it,
  * wait for the other side's rows again and close the same cycle: failed again, a 500. So it
- * pauses first, a few tens of ms at random (two changes failed together do not start again
- * together), then waits behind the other side's commit instead. Each attempt takes its
+ * pauses first, 50 to 150 ms at random (long enough for the other side to run on a busy machine;
+ * two changes failed together do not start again together), then waits behind its commit instead. Each attempt takes its
  * connection in the caller's trace context, kept for synchronous calls only (src/tracing.ts): the
  * others start after an await, and their statements would have no span. A change failed by every
  * attempt is a 500 still: the spec's 503 problem types say outage or overload, not a deadlock.
