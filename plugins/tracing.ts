@@ -4,8 +4,8 @@
 // writes its "incoming request" line before any hook, when no span exists yet: with tracing on,
 // that line is written here instead, once the span is open (serverOptions gives Fastify
 // IncomingLineAfterSpan).
-import { context } from '@opentelemetry/api'
-import { type FastifyReply, type FastifyRequest, LogController, type RouteHandlerMethod } from 'fastify'
+import { context, SpanStatusCode, trace } from '@opentelemetry/api'
+import { type FastifyInstance, type FastifyReply, type FastifyRequest, LogController, type RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Logger } from 'pino'
 import { requestContext, requestSpan, type Tracing } from '../src/tracing.js'
@@ -53,6 +53,29 @@ function errorOnlyWhenServerError (route: { onError?: unknown, onSend?: unknown 
   } satisfies SendHook, endSpan]
 }
 
+/**
+ * A request no route matched (a 404 for an unknown URL, or one shed before routing by the pressure
+ * hook, 503 overloaded) has none of the route hooks above: @fastify/otel ends its span in an
+ * onResponse hook with the status code alone, so a 5xx left it unset. The same rule as a routed
+ * request's, then: its error kept, and recorded just before the answer is sent when it is a 5xx.
+ */
+function unroutedServerError (fastify: FastifyInstance): void {
+  fastify.addHook('onError', function keepUnroutedError (request, _reply, error, done) {
+    if (request.is404) (request as Failed)[kFailedWith] = error
+    done()
+  })
+  fastify.addHook('onSend', function recordUnroutedServerError (request, reply, payload, done) {
+    const traced = request.is404 && reply.statusCode >= 500 ? requestContext(request) : undefined
+    const span = traced && trace.getSpan(traced)
+    if (span) {
+      const error = (request as Failed)[kFailedWith]
+      span.setStatus({ code: SpanStatusCode.ERROR, ...(error ? { message: error.message } : {}) })
+      if (error) span.recordException(error)
+    }
+    done(null, payload)
+  })
+}
+
 export default fp<TracingOptions>(async function tracing (fastify, { tracing }) {
   await fastify.register(tracing.fastifyPlugin)
   fastify.decorateRequest(kFailedWith, null)
@@ -67,6 +90,7 @@ export default fp<TracingOptions>(async function tracing (fastify, { tracing }) 
     } as RouteHandlerMethod
     errorOnlyWhenServerError(route)
   })
+  unroutedServerError(fastify)
   fastify.addHook('onRequest', async function correlateLogs (request) {
     const span = requestSpan(request)
     if (span) {

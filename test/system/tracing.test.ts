@@ -290,6 +290,17 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     t.same(five.events, ['exception'], 'the exception recorded')
   })
 
+  t.test('a URL no route matches: its 404 leaves the span\'s status unset, as a routed 404 does', async (t) => {
+    const caller = callerTraceparent()
+    const answer = await fetch(`${server.url}/no/such/path`, { headers: { traceparent: caller.traceparent } })
+    t.equal(answer.status, 404)
+    const spans = await receiver.until('its span', (spans) => spans.some((span) => span.traceId === caller.traceId && span.kind === SERVER_KIND))
+    const request = spans.find((span) => span.traceId === caller.traceId && span.kind === SERVER_KIND)!
+    t.match(request.attributes, { 'http.response.status_code': 404, 'url.path': '/no/such/path' })
+    t.same(request.status, { code: 0 }, 'a 4xx: status unset')
+    t.same(request.events, [], 'no exception recorded')
+  })
+
   t.test('without a token, and without a traceparent: a trace of its own, missing-credentials', async (t) => {
     const before = new Set(receiver.spans().map((span) => span.spanId))
     const answer = await fetch(`${server.url}${ordersPath()}`)
@@ -409,6 +420,36 @@ t.test('SIGTERM with a collector that takes connections and never answers: the l
   t.equal(await stop(server), 0, 'not killed by SHUTDOWN_TIMEOUT_MS (exit 1)')
   t.match(server.output(), /tracing: the last spans could not be sent/)
   t.match(server.output(), /"msg":"closed"/)
+})
+
+t.test('shed before any route matched (503 overloaded for an unknown URL): the span is an error, as a routed 5xx\'s is', async (t) => {
+  const receiver = await otlpReceiver(t)
+  const server = await startServer({
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    OTEL_BSP_SCHEDULE_DELAY: '100',
+    // As test/plugins/pressure.test.ts: a lag of 700 ms is seen by the next sample, 300 ms apart.
+    MAX_EVENT_LOOP_DELAY_MS: '50',
+    EVENT_LOOP_SAMPLE_INTERVAL_MS: '300'
+  })
+  // The process stopped 700 ms with the request waiting for it: its event loop resumes late, and
+  // the sample that sees the lag runs before the request is read. Again if a calm sample came first.
+  let shed: { status: number, traceId: string } | undefined
+  for (let attempt = 0; attempt < 5 && shed?.status !== 503; attempt++) {
+    const caller = callerTraceparent()
+    server.child.kill('SIGSTOP')
+    const answer = fetch(`${server.url}/no/such/path`, { headers: { traceparent: caller.traceparent } })
+    await sleep(700)
+    server.child.kill('SIGCONT')
+    shed = { status: (await answer).status, traceId: caller.traceId }
+  }
+  t.equal(shed?.status, 503, 'shed')
+  const spans = await receiver.until('its span', (spans) => spans.some((span) => span.traceId === shed!.traceId && span.kind === SERVER_KIND))
+  const request = spans.find((span) => span.traceId === shed!.traceId && span.kind === SERVER_KIND)!
+  t.match(request.attributes, { 'problem.type': '/problems/overloaded', 'http.response.status_code': 503 })
+  t.match(request.status, { code: 2, message: String }, 'a 5xx: error, with what failed')
+  t.same(request.events, ['exception'], 'the exception recorded')
+  t.equal(await stop(server), 0)
 })
 
 t.test('settings it cannot honour: refused at start with one sentence naming the variable', async (t) => {
