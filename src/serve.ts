@@ -78,6 +78,8 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
 
   // Human-readable lines for a person at a terminal in development; JSON for anything that reads them.
   const fastify = Fastify(serverOptions(config, { stdoutIsTerminal: process.stdout.isTTY === true, traced: tracing !== undefined }))
+  // The SDK's diagnostics (an export that failed) as lines of this log, JSON as the others.
+  tracing?.reportTo(fastify.log)
   try {
     await fastify.register(app, { config, tracing })
   } catch (error) {

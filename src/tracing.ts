@@ -2,14 +2,20 @@
 // Off unless an OTLP endpoint (or OTEL_TRACES_EXPORTER=otlp) is given: then no SDK is even loaded,
 // so tracing off costs nothing. On, it must start before pg is loaded: instrumentation-pg patches
 // the module as it loads (src/server.ts starts it first, then imports the rest).
-import { type Context, type ContextManager, context, ROOT_CONTEXT } from '@opentelemetry/api'
-import type { FastifyPluginCallback, FastifyRequest } from 'fastify'
+import { type Context, type ContextManager, context, diag, type DiagLogger, DiagLogLevel, ROOT_CONTEXT } from '@opentelemetry/api'
+import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-node'
+import type { FastifyBaseLogger, FastifyPluginCallback, FastifyRequest } from 'fastify'
 
 /** Tracing as started: the request spans' plugin, registered first, and the flush at shutdown. */
 export interface Tracing {
   fastifyPlugin: FastifyPluginCallback
   /** Ends the batch: what is still buffered is exported (within OTEL_EXPORTER_OTLP_TIMEOUT). */
   shutdown: () => Promise<void>
+  /**
+   * Where the SDK's diagnostics go from now on, those said before it included: the service's log,
+   * once it exists (tracing starts before it).
+   */
+  reportTo: (log: FastifyBaseLogger) => void
 }
 
 const SERVICE_NAME = 'client-permissions-service'
@@ -20,13 +26,27 @@ const PROTOCOLS = ['http/protobuf', 'http/json'] as const
 const SAMPLERS = [
   'always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'
 ]
+/** OTEL_LOG_LEVEL's values (any case), the SDK's diagnostics each lets through. */
+const LOG_LEVELS: Record<string, DiagLogLevel> = {
+  none: DiagLogLevel.NONE,
+  error: DiagLogLevel.ERROR,
+  warn: DiagLogLevel.WARN,
+  info: DiagLogLevel.INFO,
+  debug: DiagLogLevel.DEBUG,
+  verbose: DiagLogLevel.VERBOSE,
+  all: DiagLogLevel.ALL
+}
 
 type Env = Record<string, string | undefined>
 
 /** A variable as the OpenTelemetry SDK reads it: unset when empty or blank. */
 const valueOf = (env: Env, name: string) => env[name]?.trim() || undefined
 
-export interface TracingSettings { protocol: typeof PROTOCOLS[number] }
+export interface TracingSettings {
+  protocol: typeof PROTOCOLS[number]
+  /** OTEL_LOG_LEVEL: the SDK's diagnostics the log gets; warn unless it says otherwise. */
+  logLevel: DiagLogLevel
+}
 
 /**
  * Whether the environment asks for traces, and how they are sent; undefined: tracing is off. A
@@ -50,8 +70,8 @@ export function tracingSettings (env: Env): TracingSettings | undefined {
     throw new Error(`${protocolVariable}=${protocol} is not supported: traces are sent over OTLP/HTTP (${PROTOCOLS.join(' or ')})`)
   }
   // As the SDK reads them, which takes anything else for its default (every request sampled), with
-  // a warning to a diagnostic logger this service does not set: the sampler's name untrimmed, its
-  // ratio a number, from 0 to 1, and only for the samplers that take one.
+  // no more than a diagnostic's warning: the sampler's name untrimmed, its ratio a number, from 0
+  // to 1, and only for the samplers that take one.
   const sampler = valueOf(env, 'OTEL_TRACES_SAMPLER') === undefined ? undefined : env.OTEL_TRACES_SAMPLER!
   if (sampler !== undefined && !SAMPLERS.includes(sampler)) {
     throw new Error(`OTEL_TRACES_SAMPLER=${sampler} is not one of ${SAMPLERS.join(', ')}`)
@@ -60,7 +80,95 @@ export function tracingSettings (env: Env): TracingSettings | undefined {
   if (sampler?.endsWith('traceidratio') === true && ratio !== undefined && !(Number(ratio) >= 0 && Number(ratio) <= 1)) {
     throw new Error(`OTEL_TRACES_SAMPLER_ARG=${ratio} is not a ratio from 0 to 1 (a number such as 0.25), which ${sampler} needs`)
   }
-  return { protocol: protocol as TracingSettings['protocol'] }
+  const logLevel = valueOf(env, 'OTEL_LOG_LEVEL')
+  if (logLevel !== undefined && !(logLevel.toLowerCase() in LOG_LEVELS)) {
+    throw new Error(`OTEL_LOG_LEVEL=${logLevel} is not one of ${Object.keys(LOG_LEVELS).join(', ')}`)
+  }
+  return { protocol: protocol as TracingSettings['protocol'], logLevel: LOG_LEVELS[logLevel?.toLowerCase() ?? 'warn'] }
+}
+
+const EXPORT_FAILED = 'tracing: spans could not be exported, and are dropped until an export succeeds'
+const EXPORTS_AGAIN = 'tracing: spans are exported again'
+/** Diagnostics kept until the log exists; any beyond are counted. */
+const HELD_DIAGNOSTICS = 100
+
+type LogLevel = 'error' | 'warn' | 'info' | 'debug' | 'trace'
+
+/**
+ * The SDK's diagnostics (diag), as lines of the service's log, and exports that fail said once per
+ * outage. The batch span processor hands each batch that failed to the global error handler, whose
+ * default writes it to diag as an error: one line per batch, several a second under load, while
+ * the collector is down. So the exporter's results are watched (exporterReporting): the first
+ * failure is a warning, with the exporter's error; from then on until an export succeeds, the
+ * diagnostics' warnings and errors (those failures, the spans dropped from a full queue) are
+ * counted, not written; the export that succeeds again says how many failed. (The handler itself
+ * cannot be replaced: each SDK package has its own copy of @opentelemetry/core, each with its own
+ * handler, and all of them write to diag.)
+ */
+class Diagnostics implements DiagLogger {
+  #log: FastifyBaseLogger | undefined
+  #held: Array<[LogLevel, object, string]> = []
+  #heldOver = 0
+  #failedExports = 0
+  #unsaid = 0
+
+  constructor (private readonly level: DiagLogLevel) {}
+
+  error (message: string, ...args: unknown[]): void { this.#diagnostic('error', message, args) }
+  warn (message: string, ...args: unknown[]): void { this.#diagnostic('warn', message, args) }
+  info (message: string, ...args: unknown[]): void { this.#diagnostic('info', message, args) }
+  debug (message: string, ...args: unknown[]): void { this.#diagnostic('debug', message, args) }
+  verbose (message: string, ...args: unknown[]): void { this.#diagnostic('trace', message, args) }
+
+  /** An export's outcome: `error` when it failed. */
+  exported (error: Error | undefined): void {
+    if (this.level === DiagLogLevel.NONE) return
+    if (error !== undefined) {
+      if (this.#failedExports++ === 0) this.#write('warn', { err: error }, EXPORT_FAILED)
+    } else if (this.#failedExports > 0) {
+      this.#write('info', { failedExports: this.#failedExports, diagnosticsNotLogged: this.#unsaid }, EXPORTS_AGAIN)
+      this.#failedExports = 0
+      this.#unsaid = 0
+    }
+  }
+
+  reportTo (log: FastifyBaseLogger): void {
+    this.#log = log
+    for (const [level, fields, message] of this.#held) log[level](fields, message)
+    if (this.#heldOver > 0) log.warn({ diagnosticsNotLogged: this.#heldOver }, 'tracing: diagnostics of the start not logged')
+    this.#held = []
+  }
+
+  #diagnostic (level: LogLevel, message: string, args: unknown[]): void {
+    if (this.#failedExports > 0 && (level === 'error' || level === 'warn')) {
+      this.#unsaid++
+      return
+    }
+    // A component's logger gives its name first, then its message.
+    const words = [message, ...args.filter((arg) => typeof arg === 'string')]
+    const details = args.filter((arg) => typeof arg !== 'string').map((arg) => arg instanceof Error ? arg.message : arg)
+    this.#write(level, details.length > 0 ? { details } : {}, `tracing: ${words.join(' ')}`)
+  }
+
+  #write (level: LogLevel, fields: object, message: string): void {
+    if (this.#log) this.#log[level](fields, message)
+    else if (this.#held.length < HELD_DIAGNOSTICS) this.#held.push([level, fields, message])
+    else this.#heldOver++
+  }
+}
+
+/** `exporter`, its results told to `diagnostics`. */
+function exporterReporting (exporter: SpanExporter, diagnostics: Diagnostics, succeeded: (code: number) => boolean): SpanExporter {
+  return {
+    export (spans: ReadableSpan[], done) {
+      exporter.export(spans, (result) => {
+        diagnostics.exported(succeeded(result.code) ? undefined : result.error ?? new Error('the exporter gave no reason'))
+        done(result)
+      })
+    },
+    shutdown: () => exporter.shutdown(),
+    forceFlush: () => exporter.forceFlush?.() ?? Promise.resolve()
+  }
 }
 
 /**
@@ -72,7 +180,10 @@ export async function startTracing (): Promise<Tracing | undefined> {
   // The exporter and the SDK read their own variables from process.env: so does the choice.
   const settings = tracingSettings(process.env)
   if (!settings) return undefined
-  const [{ NodeTracerProvider, BatchSpanProcessor }, { W3CTraceContextPropagator }, resources, { registerInstrumentations },
+  // First: the exporter's constructor warns of a setting it cannot read.
+  const diagnostics = new Diagnostics(settings.logLevel)
+  diag.setLogger(diagnostics, { logLevel: settings.logLevel, suppressOverrideMessage: true })
+  const [{ NodeTracerProvider, BatchSpanProcessor }, { W3CTraceContextPropagator, ExportResultCode }, resources, { registerInstrumentations },
     { PgInstrumentation }, { FastifyOtelInstrumentation }, { OTLPTraceExporter }] = await Promise.all([
     import('@opentelemetry/sdk-trace-node'),
     import('@opentelemetry/core'),
@@ -92,7 +203,7 @@ export async function startTracing (): Promise<Tracing | undefined> {
     ...(valueOf(process.env, 'OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT') ?? valueOf(process.env, 'OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT')
       ? {}
       : { spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_LENGTH_LIMIT } }),
-    spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter())]
+    spanProcessors: [new BatchSpanProcessor(exporterReporting(new OTLPTraceExporter(), diagnostics, (code) => code === ExportResultCode.SUCCESS))]
   })
   provider.register({ propagator: new W3CTraceContextPropagator(), contextManager: new SynchronousContextManager() })
   // The request's span only: neither the hooks nor the handler get one of their own (a span per
@@ -117,7 +228,8 @@ export async function startTracing (): Promise<Tracing | undefined> {
   })
   return {
     fastifyPlugin: fastifyOtel.plugin(),
-    shutdown: () => provider.shutdown()
+    shutdown: () => provider.shutdown(),
+    reportTo: (log) => { diagnostics.reportTo(log) }
   }
 }
 

@@ -452,18 +452,99 @@ t.test('shed before any route matched (503 overloaded for an unknown URL): the s
   t.equal(await stop(server), 0)
 })
 
+/** The lines of the process's stdout and stderr, each parsed: a line that is no JSON is kept as its text. */
+const logLines = (output: string) => output.split('\n').filter(Boolean).map((line) => {
+  try {
+    return JSON.parse(line) as Record<string, unknown>
+  } catch {
+    return line
+  }
+})
+
+/** Waits until some line of the output holds `check`; the lines then. */
+async function untilLine (server: Running, what: string, check: (line: Record<string, unknown>) => boolean) {
+  for (const started = Date.now(); Date.now() - started < 30_000; await sleep(50)) {
+    const lines = logLines(server.output())
+    if (lines.some((line) => typeof line === 'object' && check(line))) return lines
+  }
+  throw new Error(`timed out waiting for ${what}: ${server.output()}`)
+}
+
+const EXPORT_FAILED = 'tracing: spans could not be exported, and are dropped until an export succeeds'
+const EXPORTS_AGAIN = 'tracing: spans are exported again'
+
+t.test('a collector answering 503: one warning for the outage, a line when exports succeed again, requests served all along', async (t) => {
+  let status = 503
+  let answered = 0
+  const collector = createServer((request, response) => {
+    request.resume()
+    request.on('end', () => {
+      answered++
+      response.writeHead(status, { 'content-type': 'application/json' }).end('{}')
+    })
+  }).listen(0, '127.0.0.1')
+  await once(collector, 'listening')
+  t.teardown(() => { collector.closeAllConnections(); collector.close() })
+  const refused = () => answered
+  const server = await startServer({
+    OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(collector.address() as AddressInfo).port}`,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    OTEL_BSP_SCHEDULE_DELAY: '100',
+    // No retry of a 503 (the first backoff, 0.8 s at least, is past it): an export fails at its first answer.
+    OTEL_EXPORTER_OTLP_TIMEOUT: '500'
+  })
+  // Three batches at least, each refused: the SDK reports each failed batch.
+  for (let batch = 1; batch <= 3; batch++) {
+    t.equal((await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${reader}` } })).status, 200, 'served while spans are dropped')
+    for (const started = Date.now(); refused() < batch && Date.now() - started < 20_000;) await sleep(20)
+  }
+  t.ok(refused() >= 3, `${refused()} exports refused`)
+  status = 200
+  t.equal((await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${reader}` } })).status, 200)
+  const lines = await untilLine(server, 'the line saying exports succeed again', (line) => line.msg === EXPORTS_AGAIN)
+  const failures = lines.filter((line) => typeof line === 'object' && line.msg === EXPORT_FAILED)
+  t.equal(failures.length, 1, 'one warning for the whole outage, not one per batch')
+  // The SDK says each failed batch to its diagnostics as an error: not a line each either.
+  t.same(lines.filter((line) => typeof line === 'object' && Number(line.level) >= 40), failures, 'no other warning or error')
+  t.match(failures[0], { level: 40, err: { message: /retryable status|503/ } }, 'a warning, with what the exporter said')
+  t.match(lines.find((line) => typeof line === 'object' && line.msg === EXPORTS_AGAIN), { level: 30, failedExports: Number })
+  t.ok((lines.find((line) => typeof line === 'object' && line.msg === EXPORTS_AGAIN) as { failedExports: number }).failedExports >= 3,
+    'the exports that failed counted')
+  t.same(lines.filter((line) => typeof line !== 'object'), [], 'JSON lines only')
+  t.equal(await stop(server), 0)
+})
+
+t.test('a collector nobody listens on: a warning naming the refused connection, requests served, JSON lines only', async (t) => {
+  const server = await startServer({
+    OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${await freePort()}`,
+    OTEL_BSP_SCHEDULE_DELAY: '100',
+    OTEL_EXPORTER_OTLP_TIMEOUT: '500',
+    // The exporter warns of it as it is made, before the service's log exists.
+    OTEL_EXPORTER_OTLP_COMPRESSION: 'zip'
+  })
+  t.equal((await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${reader}` } })).status, 200)
+  const lines = await untilLine(server, 'the export failure\'s warning', (line) => line.msg === EXPORT_FAILED)
+  t.match(lines.find((line) => typeof line === 'object' && line.msg === EXPORT_FAILED), { level: 40, err: { message: /ECONNREFUSED/ } })
+  t.equal((await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${reader}` } })).status, 200, 'still served')
+  t.match(lines.find((line) => typeof line === 'object' && /OTEL_EXPORTER_OTLP_COMPRESSION/.test(String(line.msg))),
+    { level: 40, msg: /^tracing: .*OTEL_EXPORTER_OTLP_COMPRESSION is invalid/ }, 'a diagnostic of the start, written once the log exists')
+  t.equal(await stop(server), 0)
+  t.same(logLines(server.output()).filter((line) => typeof line !== 'object'), [], 'JSON lines only')
+})
+
 t.test('settings it cannot honour: refused at start with one sentence naming the variable', async (t) => {
   for (const [env, sentence] of [
     [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }, /^OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported/],
     [{ OTEL_TRACES_EXPORTER: 'zipkin' }, /^OTEL_TRACES_EXPORTER=zipkin is not supported/],
     [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'sometimes' }, /^OTEL_TRACES_SAMPLER=sometimes is not one of/],
-    // The SDK would take each of these for its default, sampling every request, with a warning
-    // to a diagnostic logger nobody reads.
+    // The SDK would take each of these for its default, sampling every request, with no more
+    // than a warning among its diagnostics.
     [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '5' },
       /^OTEL_TRACES_SAMPLER_ARG=5 is not a ratio from 0 to 1/],
     [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0,1' },
       /^OTEL_TRACES_SAMPLER_ARG=0,1 is not a ratio from 0 to 1/],
-    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'always_off ' }, /^OTEL_TRACES_SAMPLER=always_off {2}is not one of/]
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_TRACES_SAMPLER: 'always_off ' }, /^OTEL_TRACES_SAMPLER=always_off {2}is not one of/],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:4318', OTEL_LOG_LEVEL: 'loud' }, /^OTEL_LOG_LEVEL=loud is not one of/]
   ] as const) {
     const result = spawnSync(serverProcess.command, serverProcess.args, {
       env: { PATH: process.env.PATH, NODE_ENV: 'production', DATABASE_URL: databaseUrl, JWT_SECRET: TEST_SECRET, ...env },
