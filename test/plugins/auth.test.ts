@@ -243,6 +243,17 @@ t.test('JWT_ISSUER and JWT_AUDIENCE set', async (t) => {
   t.test('a missing aud → 401 invalid_token', async (t) => {
     isInvalidToken(t, await withClaims({ iss: ISSUER }), 'no aud')
   })
+
+  // fast-jwt reads aud as a string or an array, and iss, exp and nbf as one value of one type.
+  t.test('claims of the wrong shape → 401 invalid_token: iss in an array, aud empty, exp or nbf as text or null', async (t) => {
+    const crafted = (claims: Record<string, unknown>) => get(bearer(craftedToken({ alg: 'HS256', typ: 'JWT' },
+      { scope: 'read:resource', iss: ISSUER, aud: AUDIENCE, exp: inOneMinute(), ...claims }, TEST_SECRET)), '', strict)
+    t.equal((await crafted({})).status, 200, 'the control')
+    for (const claims of [{ iss: [ISSUER] }, { iss: null }, { aud: [] }, { aud: [''] }, { aud: null },
+      { exp: String(inOneMinute()) }, { exp: null }, { nbf: '0' }, { nbf: null }]) {
+      isInvalidToken(t, await crafted(claims), JSON.stringify(claims))
+    }
+  })
 })
 
 t.test('JWT_AUDIENCE lists several audiences: a token whose aud holds any of them → 200, none of them → 401', async (t) => {
