@@ -1,7 +1,7 @@
 // What tokens are checked against, chosen from the configuration: the verification key (a secret,
 // a public key pinned to its algorithm, or the identity provider's key set, never JWKS over plain
 // http to another host in production), the issuer, the audiences, the typ and the scope claims.
-import { createPublicKey } from 'node:crypto'
+import { createPrivateKey, createPublicKey } from 'node:crypto'
 import { isIPv4 } from 'node:net'
 import { audiencesOf, type Config, isProduction } from '../../src/config.js'
 import type { AuthOptions } from './index.js'
@@ -64,6 +64,9 @@ export function jwtKeyOf (config: Config): JwtKey | undefined {
   if (!config.JWT_PUBLIC_KEY) return undefined
   // Container platforms often flatten a PEM's newlines to "\n".
   const publicKey = config.JWT_PUBLIC_KEY.replaceAll('\\n', '\n')
+  // Node would derive the public key from a private one and take it: the signing secret would then
+  // sit in this service's environment, which only ever verifies.
+  if (isPrivateKey(publicKey)) throw new Error('Invalid configuration: JWT_PUBLIC_KEY holds a private key: give the public key only (the service never signs)')
   let key
   try {
     key = createPublicKey(publicKey)
@@ -96,5 +99,15 @@ export function authOptionsOf (config: Config): AuthOptions {
     type: tokenTypeOf(config),
     scopeClaims: scopeClaimsOf(config),
     maxLifetimeS: config.JWT_MAX_LIFETIME_S
+  }
+}
+
+/** Whether `pem` is a private key Node can read (a public key is not). */
+function isPrivateKey (pem: string): boolean {
+  try {
+    createPrivateKey(pem)
+    return true
+  } catch {
+    return false
   }
 }

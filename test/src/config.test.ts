@@ -94,7 +94,10 @@ t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or w
     [{ JWKS_URL: 'https://user@idp.example/jwks.json', DATABASE_URL: unreachable }, /JWKS_URL must not hold a user name or password/],
     [{ JWT_SECRET: 'short', DATABASE_URL: unreachable }, /JWT_SECRET must NOT have fewer than 32 characters/],
     [{ PORT: 'eighty', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /PORT must be integer/],
-    [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY is not a PEM public key/]
+    [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY is not a PEM public key/],
+    // Node derives the public key from a private one: taken, the secret would sit in the environment.
+    [{ JWT_PUBLIC_KEY: rsaKeyPair().privateKey, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_PUBLIC_KEY holds a private key: give the public key only/],
+    [{ JWT_PUBLIC_KEY: ecKeyPair().privateKey, DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY holds a private key/]
   ]
   for (const [env, message] of cases) t.throws(() => startupConfigOf(env), { message }, JSON.stringify(env))
 })
