@@ -57,7 +57,9 @@ async function publicDocs (fastify: FastifyInstance) {
       onRequest: async (request, reply) => {
         const query = request.url.indexOf('?')
         if (query !== -1 && (request.routeOptions.url === '/docs' || request.routeOptions.url === '/docs/')) {
-          return reply.redirect(request.url.slice(0, query), 302)
+          // The path alone, as the client spelled it (with or without its slash), never a host: a
+          // request line in absolute form (http://host/docs?x, as to a proxy) names one.
+          return reply.redirect(request.url.slice(0, query).endsWith('/') ? '/docs/' : '/docs', 302)
         }
       }
     }

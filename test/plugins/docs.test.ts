@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises'
 import { get } from 'node:http'
+import { connect } from 'node:net'
 import t from 'tap'
 import { parse } from 'yaml'
 import { specPath } from '../../src/project-root.js'
@@ -105,6 +106,17 @@ t.test('a query on the docs page (?url=, ?utm_source=…) is dropped: 302 to the
     get({ host: '127.0.0.1', port: new URL(harness.baseUrl).port, path: '/docs?' }, (res) => { res.resume(); resolve({ status: res.statusCode, location: res.headers.location }) }).on('error', reject)
   })
   t.same(empty, { status: 302, location: '/docs' }, '/docs?')
+  // A request line in absolute form (RFC 9112 §3.2.2, as to a proxy): the redirect names the path
+  // alone, not the host the request named (which a cache keyed on it could hand to others).
+  const absolute = await new Promise<string>((resolve, reject) => {
+    const socket = connect(Number(new URL(harness.baseUrl).port), '127.0.0.1', () => {
+      socket.end('GET http://evil.example/docs?x=1 HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n')
+    })
+    let text = ''
+    socket.on('data', (chunk) => { text += chunk }).on('end', () => resolve(text)).on('error', reject)
+  })
+  t.match(absolute, /^HTTP\/1\.1 302 /, 'absolute form')
+  t.match(absolute, /\r\nlocation: \/docs\r\n/i, 'to the path alone')
   const json = await fetch(`${harness.baseUrl}/docs/json?x=1`)
   await json.arrayBuffer()
   t.equal(json.status, 200, 'only the page')
