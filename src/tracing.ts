@@ -101,9 +101,9 @@ type LogLevel = 'error' | 'warn' | 'info' | 'debug' | 'trace'
  * the collector is down. So the exporter's results are watched (exporterReporting): the first
  * failure is a warning, with the exporter's error; from then on until an export succeeds, the
  * diagnostics' warnings and errors (those failures, the spans dropped from a full queue) are
- * counted, not written; the export that succeeds again says how many failed. (The handler itself
- * cannot be replaced: each SDK package has its own copy of @opentelemetry/core, each with its own
- * handler, and all of them write to diag.)
+ * counted, not written; the export that succeeds again says how many failed. (Not by replacing
+ * the handler: it belongs to the copy of @opentelemetry/core each SDK package loads, one today but
+ * two while their versions differed, and the spans dropped from a full queue come by diag anyway.)
  */
 class Diagnostics implements DiagLogger {
   #log: FastifyBaseLogger | undefined
