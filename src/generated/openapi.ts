@@ -52,7 +52,9 @@ export interface paths {
          *     reads slower than changes arrive is disconnected once more than `FEED_STREAM_BUFFER_BYTES`
          *     wait for it besides the last page it was given, and resumes with `Last-Event-ID`; so is one
          *     that takes none of what waits for it for `FEED_STALL_TIMEOUT_MS` (60 s); beyond `FEED_MAX_STREAMS` open streams on a replica a
-         *     new one answers 503 `overloaded`; on shutdown streams end, and clients reconnect elsewhere.
+         *     new one answers 503 `overloaded`; on shutdown streams end, and clients reconnect elsewhere
+         *     (one asked for while the replica closes, even while its first page is read, answers 503
+         *     `shutting-down`).
          *     A stream lives no longer than the token that opened it: once the token is no longer
          *     accepted (its `exp`, with the 30 s of clock tolerance every check allows), the stream ends
          *     at its next heartbeat, cleanly, and the client resumes with `Last-Event-ID` and a token
@@ -555,7 +557,8 @@ export interface components {
         /**
          * @description The database cannot be reached (`database-unavailable`), the replica has more requests than
          *     it can serve now (`overloaded`: shed at once, nothing changed), or, for readiness, the
-         *     replica is starting or shutting down; retry after `Retry-After` seconds.
+         *     replica is starting or shutting down (`shutting-down` also answers a change feed stream
+         *     asked for while it closes); retry after `Retry-After` seconds.
          */
         ServiceUnavailable: {
             headers: {

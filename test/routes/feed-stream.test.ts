@@ -167,6 +167,33 @@ t.test('fastify.close() with a stream open: it resolves promptly and the stream 
   await until('the LISTEN connection closed', async () => (await listeners()) === 0, 10_000)
 })
 
+t.test('fastify.close() while a stream\'s first page is read: 503 shutting-down with Retry-After, at once, not an empty 200 or a cut connection', async (t) => {
+  const harness = await build(t)
+  // The first read waits on this lock. Held briefly: a lock this strong takes a transaction id,
+  // which holds back the feed of every test file beside this one.
+  const locker = await harness.db.connect()
+  let closed: Promise<void> | undefined
+  try {
+    await locker.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE')
+    const opening = stream(t, harness)
+    await until('the first read waiting on the lock', async () => (await harness.db.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rows[0].n > 0)
+    closed = harness.app.close()
+    // Answered while the read still waits: the close is not held up by it, nor the consumer.
+    const s = await opening
+    t.equal(s.status, 503)
+    t.match(s.headers['content-type'], /^application\/problem\+json(;|$)/)
+    t.equal(s.headers['retry-after'], '1')
+    t.equal(await s.finished, 'end', 'a whole answer, not a stream')
+    t.match(JSON.parse(s.text()), { type: '/problems/shutting-down', status: 503 })
+  } finally {
+    await locker.query('ROLLBACK')
+    locker.release()
+  }
+  await closed
+  t.equal(harness.app.feed.streams, 0)
+})
+
 t.test('a stream and its 410: Vary: Accept, Last-Event-ID (both chose the answer), a stream Cache-Control: no-store; their heads as the spec declares them', async (t) => {
   const harness = await build(t)
   await harness.seed(ordersFixture())

@@ -1,5 +1,5 @@
 // The change feed as Server-Sent Events. The stream's first page is read before anything is sent,
-// so a pruned cursor still gets its 410, then it is caught up and kept live by the shared reader
+// so a pruned cursor still gets its 410 (and a close during that read a 503 shutting-down), then it is caught up and kept live by the shared reader
 // (src/feed-hub.ts). What waits for a consumer is bounded: a consumer that, when the shared reader
 // has more for it, still has more than FEED_STREAM_BUFFER_BYTES to read besides what it was given
 // last (a consumer keeping up may still be reading the last page) is disconnected, and resumes
@@ -15,6 +15,7 @@ import { cursorEvent, FEED_PAGE_SIZE, HEARTBEAT, RECONNECT_AFTER } from '../../f
 import type { EncodedChange, FeedSubscriber } from '../../feed-hub.js'
 import { tokenAcceptedUntil } from '../../../plugins/auth/index.js'
 import type { OpenStream } from '../../../plugins/feed.js'
+import { problems } from '../../problems.js'
 import { assertNotPruned } from './pruned.js'
 
 const ROOM_CHECK_MS = 100
@@ -40,6 +41,11 @@ class EventStream implements FeedSubscriber, OpenStream {
   #takenSince = Date.now()
   /** The wait for room under way, if any: the stream's close ends it. */
   #roomWait: AbortController | undefined
+  /** Whether it was ended before it started (the service closing during its first read): nothing was sent. */
+  endedEarly = false
+  /** Settles when it is ended before it started: the handler answers 503 then, without waiting for the read. */
+  readonly endedBeforeStart: Promise<undefined>
+  #endBeforeStart: () => void = () => {}
 
   constructor (
     readonly resourceId: string | undefined,
@@ -54,6 +60,7 @@ class EventStream implements FeedSubscriber, OpenStream {
     private readonly onExpired: () => void
   ) {
     this.after = this.#sentThrough = after === undefined ? -1n : BigInt(after)
+    this.endedBeforeStart = new Promise((resolve) => { this.#endBeforeStart = () => resolve(undefined) })
   }
 
   /** Bytes written for the consumer and not yet taken by it (beyond the kernel's socket buffer). */
@@ -131,10 +138,18 @@ class EventStream implements FeedSubscriber, OpenStream {
     }
   }
 
-  /** Ends the stream after what is written; a consumer that does not take it within a second is cut. */
+  /**
+   * Ends the stream after what is written; a consumer that does not take it within a second is cut.
+   * Before it started, nothing is written: its handler answers 503 shutting-down instead.
+   */
   end (): void {
     if (this.closed) return
     this.#close()
+    if (!this.#started) {
+      this.endedEarly = true
+      this.#endBeforeStart()
+      return
+    }
     this.body.push(null)
     setTimeout(() => { if (!this.response.writableFinished) this.response.destroy() }, END_GRACE_MS).unref()
   }
@@ -220,7 +235,12 @@ export async function streamFeed (fastify: FastifyInstance, request: FastifyRequ
   reply.raw.once('close', gone)
   let page
   try {
-    page = await feed.read({ after, limit: FEED_PAGE_SIZE, resourceId })
+    const reading = feed.read({ after, limit: FEED_PAGE_SIZE, resourceId })
+    // A close during the read answers at once, as any request during the close: no empty 200, no
+    // connection cut a second later, and no close held up. The read left behind may still fail.
+    reading.catch(() => {})
+    page = await Promise.race([reading, stream.endedBeforeStart])
+    if (page === undefined || stream.endedEarly) throw problems.shuttingDown()
     assertNotPruned(after, page)
   } catch (error) {
     feed.release(stream)
