@@ -2,7 +2,11 @@
 // 0007's trigger, whoever the writer). A notification only says "something changed": readers read
 // the table, which alone decides what is final. A lost connection is made again after a pause that
 // grows to maxRetryMs; 'listening' is emitted on each new one, since changes committed while none
-// listened were announced to nobody.
+// listened were announced to nobody. A server that accepts the connection and then answers nothing
+// (stopped, a network that drops the packets, a proxy that holds the bytes) is a lost connection
+// too: the connect and each statement are given up after timeoutMs, and a listening connection is
+// checked every checkMs (a statement), since it sends nothing by itself and TCP keepalives see
+// only the server's kernel, which still answers when the server is stopped.
 import { EventEmitter } from 'node:events'
 import pg from 'pg'
 
@@ -12,23 +16,32 @@ export interface ChangeListenerOptions {
   connectionString: string
   retryMs?: number
   maxRetryMs?: number
+  /** How long the connect, and then each statement (the LISTEN, a check), may go unanswered. */
+  timeoutMs?: number
+  /** How often a listening connection is checked. */
+  checkMs?: number
 }
 
 export class ChangeListener extends EventEmitter<{ change: [], listening: [], lost: [Error] }> {
   readonly #connectionString: string
   readonly #minRetryMs: number
   readonly #maxRetryMs: number
+  readonly #timeoutMs: number
+  readonly #checkMs: number
   #retryMs: number
   #client: pg.Client | undefined
   #retry: NodeJS.Timeout | undefined
+  #check: NodeJS.Timeout | undefined
   #closed = false
   #connecting = false
 
-  constructor ({ connectionString, retryMs = 500, maxRetryMs = 10_000 }: ChangeListenerOptions) {
+  constructor ({ connectionString, retryMs = 500, maxRetryMs = 10_000, timeoutMs = 10_000, checkMs = 30_000 }: ChangeListenerOptions) {
     super()
     this.#connectionString = connectionString
     this.#minRetryMs = this.#retryMs = retryMs
     this.#maxRetryMs = maxRetryMs
+    this.#timeoutMs = timeoutMs
+    this.#checkMs = checkMs
   }
 
   /** Whether the connection is up and listening. */
@@ -43,6 +56,7 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
   async close (): Promise<void> {
     this.#closed = true
     clearTimeout(this.#retry)
+    clearInterval(this.#check)
     const client = this.#client
     this.#client = undefined
     await client?.end().catch(() => {})
@@ -51,20 +65,25 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
   async #connect (): Promise<void> {
     this.#retry = undefined
     this.#connecting = true
-    // A connection cut without a word (a partition) is noticed by TCP keepalives within about a
-    // minute, and a connect to a host that never answers gives up: the reader polls meanwhile.
+    // A connect or a statement left unanswered is given up (pg ends the connect, and fails the
+    // statement, which is then taken as the connection's loss): the reader polls meanwhile. TCP
+    // keepalives end a connection whose server's host is gone altogether.
     const client = new pg.Client({
       connectionString: this.#connectionString,
       keepAlive: true,
       keepAliveInitialDelayMillis: 10_000,
-      connectionTimeoutMillis: 10_000
+      connectionTimeoutMillis: this.#timeoutMs,
+      query_timeout: this.#timeoutMs
     })
     let lost = false
     const lose = (error: Error) => {
       if (lost) return
       lost = true
       // Stryker disable next-line ConditionalExpression: equivalent: a connection's loss is told before another is made, so #client is this one or none here
-      if (this.#client === client) this.#client = undefined
+      if (this.#client === client) {
+        this.#client = undefined
+        clearInterval(this.#check)
+      }
       client.end().catch(() => {})
       if (this.#closed) return
       this.emit('lost', error)
@@ -94,6 +113,8 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
     }
     this.#client = client
     this.#retryMs = this.#minRetryMs
+    // A connection that only listens hears nothing from a server that stopped answering.
+    this.#check = setInterval(() => { client.query('SELECT 1').catch(lose) }, this.#checkMs).unref()
     this.emit('listening')
   }
 }

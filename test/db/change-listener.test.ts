@@ -9,6 +9,7 @@ import t, { type Test } from 'tap'
 import { CHANGES_CHANNEL, ChangeListener } from '../../db/change-listener.js'
 import { freePort } from '../../db/embedded-postgres.js'
 import { newDatabase } from '../support/database.js'
+import { holdingProxy } from '../support/holding-proxy.js'
 import { until } from '../support/waiting.js'
 
 async function setUp (t: Test) {
@@ -95,6 +96,48 @@ t.test('a server it cannot reach: each attempt lost, tried again after a pause t
   await new Promise((resolve) => setTimeout(resolve, 150))
   t.equal(events.lost, after, 'no attempt after close')
   t.equal(events.listening, 0)
+})
+
+t.test('its LISTEN unanswered (a server stopped, a network that drops the packets): lost told, the connect unanswered too, then listening once answers come again', async (t) => {
+  const { url, admin } = await setUp(t)
+  const proxy = await holdingProxy(t, url)
+  proxy.holdFrom(`LISTEN ${CHANGES_CHANNEL}`)
+  const listener = new ChangeListener({ connectionString: proxy.url, retryMs: 50, maxRetryMs: 100, timeoutMs: 300 })
+  t.teardown(() => listener.close())
+  const events = counted(listener)
+  const errors: Error[] = []
+  listener.on('lost', (error) => { errors.push(error) })
+  listener.start()
+  await until('the unanswered LISTEN told as lost', () => errors.length >= 1, 10_000)
+  t.match(errors[0].message, /timeout/i, `told as a timeout: ${errors[0].message}`)
+  t.equal(listener.listening, false)
+  // Still held: the next connection's startup goes unanswered, and is given up as well.
+  await until('an unanswered connect told as lost', () => errors.length >= 2, 10_000)
+  t.match(errors[1].message, /timeout/i, `told as a timeout: ${errors[1].message}`)
+  t.equal(events.listening, 0)
+  proxy.release()
+  await until('listening once answers come again', () => listener.listening, 10_000)
+  await admin.query(`NOTIFY ${CHANGES_CHANNEL}`)
+  await until('a change told', () => events.change >= 1, 10_000)
+})
+
+t.test('listening, then its server answers nothing more: noticed by the check of its connection, lost told, listening again once answers come', async (t) => {
+  const { url, admin } = await setUp(t)
+  const proxy = await holdingProxy(t, url)
+  const listener = new ChangeListener({ connectionString: proxy.url, retryMs: 50, maxRetryMs: 100, timeoutMs: 300, checkMs: 200 })
+  t.teardown(() => listener.close())
+  const events = counted(listener)
+  listener.start()
+  await until('listening', () => listener.listening, 10_000)
+  proxy.hold()
+  await until('the silence told as lost', () => events.lost >= 1, 10_000)
+  t.equal(listener.listening, false)
+  t.equal(events.listening, 1)
+  proxy.release()
+  await until('listening again', () => listener.listening, 10_000)
+  t.equal(events.listening, 2)
+  await admin.query(`NOTIFY ${CHANGES_CHANNEL}`)
+  await until('a change told', () => events.change >= 1, 10_000)
 })
 
 t.test('closed while it connects, or once listening: its connection ends, and nothing is told after', async (t) => {

@@ -1,0 +1,65 @@
+// A loopback TCP proxy to a PostgreSQL server whose answers can be held back: while held, the
+// connections stay up and what the server sends waits in the proxy, in order, until released. To
+// the client it is a server that accepted the connection and answers nothing (stopped with
+// SIGSTOP, or behind a network that drops the packets, or a proxy holding the bytes).
+// (test/db/replicas.test.ts has one of its own, which also tells when a client sends.)
+import { once } from 'node:events'
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
+import type { Test } from 'tap'
+
+export interface HoldingProxy {
+  /** The server's URL, through the proxy. */
+  url: string
+  /** Holds every answer from now on. */
+  hold: () => void
+  /** Holds every answer from the moment a client first sends something containing `text` (a statement). */
+  holdFrom: (text: string) => void
+  /** Lets what was held through, and what comes after. */
+  release: () => void
+}
+
+/** A proxy to the server at `url`, closed with its connections when `t` ends. */
+export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy> {
+  const target = new URL(url)
+  const sockets = new Set<Socket>()
+  let held: Array<() => void> | undefined
+  let holdAt: string | undefined
+  const server = createServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname)
+    for (const socket of [client, upstream]) {
+      sockets.add(socket)
+      socket.on('error', () => {})
+      socket.on('close', () => { client.destroy(); upstream.destroy(); sockets.delete(socket) })
+    }
+    client.on('data', (chunk: Buffer) => {
+      if (holdAt !== undefined && chunk.includes(holdAt)) {
+        holdAt = undefined
+        held ??= []
+      }
+      upstream.write(chunk)
+    })
+    upstream.on('data', (chunk) => {
+      if (held) held.push(() => client.write(chunk))
+      else client.write(chunk)
+    })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => {
+    for (const socket of sockets) socket.destroy()
+    server.close()
+  })
+  const proxied = new URL(url)
+  proxied.port = String((server.address() as AddressInfo).port)
+  return {
+    url: proxied.href,
+    hold: () => { held ??= [] },
+    holdFrom: (text) => { holdAt = text },
+    release: () => {
+      const waiting = held ?? []
+      held = undefined
+      holdAt = undefined
+      for (const write of waiting) write()
+    }
+  }
+}
