@@ -23,6 +23,8 @@ export interface ChangeFeed {
   read: (input: FeedInput) => Promise<FeedPage>
   /** Streams open now. */
   readonly streams: number
+  /** Whether the LISTEN connection (opened with the first stream) is up and listening: else streams get changes by the poll only. */
+  readonly listening: boolean
   /** Streams cut since the start because their consumer read too slowly. */
   readonly cut: number
   /** Counts a stream cut for its consumer's slowness. */
@@ -68,6 +70,7 @@ export default fp(async function feed (fastify) {
     hub,
     read,
     get streams () { return streams.size },
+    get listening () { return listener.listening },
     get cut () { return cut },
     tooSlow () { cut++ },
     admit (stream: OpenStream) {

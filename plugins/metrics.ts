@@ -85,6 +85,11 @@ export default fp(async function metrics (fastify) {
     help: 'Change feed streams (GET /permission_changes, text/event-stream) open on this instance',
     collect () { this.set(feed.streams) }
   })
+  new client.Gauge({ // eslint-disable-line no-new
+    name: 'feed_listening',
+    help: 'Whether the change feed\'s LISTEN connection (opened with the first stream) is listening: 1, else 0 (with feed_streams above 0, streams get changes by the 1 s poll only)',
+    collect () { this.set(feed.listening ? 1 : 0) }
+  })
   const cutHelp = 'Change feed streams cut since the start because their consumer read too slowly (FEED_STREAM_BUFFER_BYTES) or stopped reading (FEED_STALL_TIMEOUT_MS)'
   new client.Counter({ // eslint-disable-line no-new
     name: 'feed_streams_cut_total',

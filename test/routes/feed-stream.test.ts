@@ -12,8 +12,10 @@ import t from 'tap'
 import feed from '../../plugins/feed.js'
 import { pruneChanges } from '../../db/queries/history.js'
 import { checkContract } from '../support/contract.js'
+import { newDatabase } from '../support/database.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
+import { holdingProxy } from '../support/holding-proxy.js'
 import { captureLogs } from '../support/logs.js'
 import { type SseStream } from '../support/sse.js'
 import { readToken, token } from '../support/tokens.js'
@@ -374,6 +376,22 @@ t.test('the LISTEN connection terminated: logged, changes still arrive, and the 
   const second = await change(harness, 'POST', ['p_read_orders'])
   await s.until('the change made after it reconnected', () => s.events.length >= 2, 30_000)
   t.same(s.events.map((event) => (JSON.parse(event.data) as FeedEntry).request_id), [first, second])
+})
+
+t.test('the LISTEN connection\'s server answering nothing: feed_listening 0 while streams are open, 1 once it listens', async (t) => {
+  const { url, drop } = await newDatabase({ migrated: true })
+  const proxy = await holdingProxy(t, url)
+  // Migrated through the proxy at the start, then answered nothing: the listener's connect (with the first stream) hangs.
+  const harness = await build(t, { MIGRATIONS_DATABASE_URL: proxy.url }, { database: { url, drop } })
+  const listening = async () => /^feed_listening (\d+)$/m.exec(await (await fetch(`${harness.baseUrl}/metrics`)).text())?.[1]
+  t.equal(await listening(), '0', 'before the first stream')
+  proxy.hold()
+  const s = await stream(t, harness)
+  await s.until('its retry field', () => s.retries.length === 1)
+  t.equal(harness.app.feed.listening, false)
+  t.equal(await listening(), '0', 'a stream open, its changes by the poll only')
+  proxy.release()
+  await until('listening', async () => (await listening()) === '1')
 })
 
 t.test('a transaction left open holds back the changes after it; once it commits its change comes first, then the rest, in id order', async (t) => {
