@@ -60,7 +60,8 @@ const schema = {
     // In production JWKS_URL must be https:// or on a loopback host; this allows plain http to any
     // host (an in-cluster address), with a warning at start.
     JWKS_ALLOW_HTTP: { type: 'boolean', default: false },
-    // How long fetched keys are trusted before the key set is fetched again.
+    // How long fetched keys are fresh: after it the key set is fetched again in the background,
+    // the held keys still verifying meanwhile; 6 times it, they are no longer trusted (key-set.ts).
     JWKS_CACHE_MAX_AGE_MS: { type: 'integer', minimum: 1000, maximum: 86400000, default: 600000 },
     // A token whose kid the cached set lacks refetches the set at most once per cooldown (a key
     // published since is accepted within it; made-up kids cannot hammer the provider).

@@ -100,7 +100,7 @@ export const problemTypes = {
   'keys-unavailable': {
     title: 'Signing keys unavailable',
     status: 503,
-    when: 'the identity provider\'s key set (`JWKS_URL`) has never been fetched and cannot be now',
+    when: 'the identity provider\'s key set (`JWKS_URL`) cannot be fetched now, and none fetched within 6 × `JWKS_CACHE_MAX_AGE_MS` (an hour by default) is held',
     whatToDo: 'Retry after `Retry-After` seconds. The token is not at fault: if it lasts, the identity provider or the service\'s `JWKS_URL` is.'
   },
   overloaded: {

@@ -1,12 +1,17 @@
-// The identity provider's JSON Web Key Set (JWKS_URL), through jose's remote key set: keys cached,
-// chosen by the token's kid and alg. Only JWKS_URL is ever fetched: jku, x5u and jwk headers are
-// never followed. When the provider cannot be reached, the keys it published last keep verifying,
-// failed fetches are not retried more than once per cooldown, and each is logged with its reason.
+// The identity provider's JSON Web Key Set (JWKS_URL): keys cached, chosen by the token's kid and
+// alg (jose's local key set). Only JWKS_URL is ever fetched: jku, x5u and jwk headers are never
+// followed. A set older than its max age still verifies at once while it is fetched again in the
+// background; when the provider cannot be reached, the keys it published last keep verifying, up
+// to STALE_KEYS_FACTOR times the max age; failed fetches are not retried more than once per
+// cooldown, and each is logged with its reason.
 import { KeyObject } from 'node:crypto'
-import type { JWSHeaderParameters } from 'jose'
+import type { createLocalJWKSet, JSONWebKeySet, JWSHeaderParameters } from 'jose'
 
 export interface KeySetOptions {
-  /** How long fetched keys are trusted before the set is fetched again. */
+  /**
+   * How long fetched keys are fresh: the first token after it is verified with them still, while
+   * the set is fetched again; STALE_KEYS_FACTOR times it, they are no longer trusted.
+   */
   cacheMaxAgeMs: number
   /**
    * A kid the cache does not know triggers a refetch at most once per cooldown, so a newly published
@@ -24,7 +29,15 @@ export interface KeySetLog {
 /** RS256 needs 2048 bits or more (RFC 7518 §3.3). */
 export const MIN_RSA_BITS = 2048
 
-/** The provider could not be reached and no key set was ever fetched: not the token's fault. */
+/**
+ * Keys fetched this many times the cache's max age ago (an hour by default) are no longer trusted,
+ * whether or not the provider can be reached: past it, tokens wait for a fetch as if none had been
+ * made, and get 503 keys-unavailable when it fails. Long enough to ride out an outage of the
+ * provider (tokens are rarely issued for longer, and it issues none while down).
+ */
+export const STALE_KEYS_FACTOR = 6
+
+/** The provider could not be reached and no key set is held (none fetched yet, or the last past its bound): not the token's fault. */
 export class KeySetUnavailable extends Error {}
 
 /**
@@ -83,78 +96,114 @@ export function fetchFailureOf (error: unknown): { reason: string, code?: string
   return { reason: messages.join(': ') || String(error), code }
 }
 
-/** Whether the key set may be fetched at `now` (ms): a cooldown has passed since the last failed fetch, to the millisecond. */
-export function mayFetch (now: number, failedAt: number, cooldownMs: number): boolean {
-  return now - failedAt >= cooldownMs
+/**
+ * Whether the key set may be fetched at `now` (ms): a cooldown has passed since `since` (the last
+ * failed fetch; for an unknown kid, the last fetch too), to the millisecond.
+ */
+export function mayFetch (now: number, since: number, cooldownMs: number): boolean {
+  return now - since >= cooldownMs
 }
 
 /** Resolves a token header's kid and alg to the PEM of the provider's matching public key. */
 export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchTimeoutMs }: KeySetOptions, log: KeySetLog) {
   // jose is loaded here, where a key set is configured, not by every start of the service (about
-  // 50 ms of CPU), and before the first token needs it.
-  const jose = import('jose').then(({ createLocalJWKSet, createRemoteJWKSet, customFetch, errors: { JOSEError } }) => {
-    // What went wrong with a fetch, as against with the key a token names (a published key that
-    // cannot be imported, a private one, a point off its curve): only the former may fall back on
-    // the last set and hold off fetches for a cooldown, else a token naming such a key, sent once
-    // a cooldown, would keep a withdrawn key verifying for good. Hence the response is checked
-    // here, where the fetch is, with jose's messages; its timeout becomes its JWKSTimeout.
-    async function fetchKeySet (input: string, init: RequestInit): Promise<Response> {
-      try {
-        const response = await fetch(input, init)
-        if (response.status !== 200) {
-          await response.body?.cancel()
-          throw new JOSEError(`Expected 200 OK from the JSON Web Key Set HTTP response, got ${response.status}`)
-        }
-        const body = await boundedText(response, JOSEError)
-        let json: unknown
-        try {
-          json = JSON.parse(body)
-        } catch (cause) {
-          throw new JOSEError('Failed to parse the JSON Web Key Set HTTP response as JSON', { cause })
-        }
-        if (!isKeySet(json)) throw new JOSEError('The JSON Web Key Set HTTP response is not a key set ({"keys": [...]})')
-        return new Response(body)
-      } catch (error) {
-        // Stryker disable next-line ConditionalExpression: fetch, its body's reader and JOSEError throw only objects
-        if (error instanceof Object) fetchFailures.add(error)
-        throw error
-      }
-    }
-    return {
-      createLocalJWKSet,
-      remote: createRemoteJWKSet(new URL(url), { cacheMaxAge: cacheMaxAgeMs, cooldownDuration: cooldownMs, timeoutDuration: fetchTimeoutMs, [customFetch]: fetchKeySet })
-    }
-  })
-  const fetchFailures = new WeakSet<object>()
-  const isFetchFailure = (error: unknown) => (error instanceof Object && fetchFailures.has(error)) || (error as { code?: unknown }).code === 'ERR_JWKS_TIMEOUT'
-  let failedAt = -Infinity
-  let lastFailure: unknown
-  const pems = new WeakMap<object, string>()
+  // 50 ms of CPU), and before the first token needs it. Only its local key set is used: its remote
+  // one awaits the refetch of a set that aged out before answering, so a provider that hangs would
+  // hold every request for the fetch's timeout, again once per cooldown.
+  const jose = import('jose')
 
-  async function select (header: JWSHeaderParameters) {
-    const { createLocalJWKSet, remote } = await jose
-    if (mayFetch(Date.now(), failedAt, cooldownMs)) {
-      try {
-        return await remote(header)
-      } catch (error) {
-        // The token's fault (no or several keys for its kid, an alg no key set holds), or its key's.
-        if (!isFetchFailure(error)) throw error
-        failedAt = Date.now()
-        // Requests that waited on the same fetch share its error: one line per failed fetch, so at
-        // most one per cooldown. Only the header's kid and alg ever reach here, never the token.
-        if (error !== lastFailure) log.warn({ url, ...fetchFailureOf(error) }, 'the key set could not be fetched')
-        lastFailure = error
+  /** The set fetched last, and when (ms): one set for every request, so each key is imported once. */
+  let held: { keys: ReturnType<typeof createLocalJWKSet>, fetchedAt: number } | undefined
+  let fetching: Promise<typeof held> | undefined
+  let failedAt = -Infinity
+
+  // The response is checked here, with jose's messages, so that anything thrown while fetching is
+  // the provider's fault, and anything thrown by the set the token's or its key's (a published key
+  // that cannot be imported, a private one, a point off its curve): only the former may hold off
+  // fetches for a cooldown, else a token naming such a key, sent once a cooldown, would keep a
+  // withdrawn key verifying for good.
+  async function fetchKeySet (): Promise<JSONWebKeySet> {
+    const { errors: { JOSEError, JWKSTimeout } } = await jose
+    try {
+      // As jose's remote set fetches: a redirect is not followed (a 3xx is not 200); the timeout
+      // covers the body too.
+      const response = await fetch(url, { signal: AbortSignal.timeout(fetchTimeoutMs), redirect: 'manual', headers: { accept: 'application/json, application/jwk-set+json' } })
+      if (response.status !== 200) {
+        await response.body?.cancel()
+        throw new JOSEError(`Expected 200 OK from the JSON Web Key Set HTTP response, got ${response.status}`)
       }
+      const body = await boundedText(response, JOSEError)
+      let json: unknown
+      try {
+        json = JSON.parse(body)
+      } catch (cause) {
+        throw new JOSEError('Failed to parse the JSON Web Key Set HTTP response as JSON', { cause })
+      }
+      if (!isKeySet(json)) throw new JOSEError('The JSON Web Key Set HTTP response is not a key set ({"keys": [...]})')
+      return json as JSONWebKeySet
+    } catch (error) {
+      throw (error as { name?: unknown }).name === 'TimeoutError' ? new JWKSTimeout(undefined, { cause: error }) : error
     }
-    // The last key set fetched. jose hands out a copy on each call, so each request imports its key
-    // again (about 60 µs more than a fetched set's key), only while the provider cannot be reached:
-    // @fastify/jwt asks for the key before fast-jwt's cache of verified tokens is consulted.
-    const cached = remote.jwks()
-    // Stryker disable next-line StringLiteral: never shown; the auth plugin answers keys-unavailable for the class
-    if (!cached) throw new KeySetUnavailable(`the key set at ${url} cannot be fetched`)
-    return createLocalJWKSet(cached)(header)
   }
 
+  /**
+   * Fetches the set, one fetch at a time (callers share it); resolves with the set then held, the
+   * new one or, when the fetch failed (logged, one line a fetch), the last one.
+   */
+  function refetch (): Promise<typeof held> {
+    fetching ??= fetchAndHold().finally(() => { fetching = undefined })
+    return fetching
+  }
+
+  async function fetchAndHold (): Promise<typeof held> {
+    try {
+      const keys = (await jose).createLocalJWKSet(await fetchKeySet())
+      held = { keys, fetchedAt: Date.now() }
+    } catch (error) {
+      failedAt = Date.now()
+      // Only the URL and why: no token ever reaches a fetch.
+      log.warn({ url, ...fetchFailureOf(error) }, 'the key set could not be fetched')
+    }
+    return held
+  }
+
+  async function select (header: JWSHeaderParameters) {
+    const { errors: { JWKSNoMatchingKey } } = await jose
+    const now = Date.now()
+    // Keys are not trusted for ever while the provider cannot be reached: one it withdrew (leaked,
+    // say) must stop verifying even if its fetches are made to fail or hang.
+    if (held && now - held.fetchedAt >= STALE_KEYS_FACTOR * cacheMaxAgeMs) held = undefined
+    // Stryker disable next-line StringLiteral: never shown; the auth plugin answers keys-unavailable for the class
+    const unavailable = () => new KeySetUnavailable(`the key set at ${url} cannot be fetched`)
+    if (!held) {
+      // Nothing to verify with: the request waits for a fetch, bounded by its timeout, or answers
+      // at once within a failed fetch's cooldown.
+      if (!fetching && !mayFetch(now, failedAt, cooldownMs)) throw unavailable()
+      const fetched = await refetch()
+      if (!fetched) throw unavailable()
+      return await fetched.keys(header)
+    }
+    // Aged out: fetched again in the background, and the held keys answer meanwhile (stale while
+    // revalidate); a provider that hangs delays no request that names a key it published. Not
+    // awaited: refetch() never rejects (a failure is logged).
+    if (now - held.fetchedAt >= cacheMaxAgeMs && mayFetch(now, failedAt, cooldownMs)) refetch()
+    try {
+      return await held.keys(header)
+    } catch (error) {
+      // Only a kid the set lacks may be a key published since: the request waits for a fetch (the
+      // one under way, or one at most once per cooldown, so made-up kids cannot hammer the
+      // provider). Several keys for the kid, an alg no set holds, a key that cannot be imported:
+      // the token's fault, or its key's.
+      if (!(error instanceof JWKSNoMatchingKey)) throw error
+      if (!fetching && !(mayFetch(now, held.fetchedAt, cooldownMs) && mayFetch(now, failedAt, cooldownMs))) throw error
+      const fetched = await refetch()
+      // Stryker disable next-line ConditionalExpression: only when the set aged past its bound during the fetch
+      if (!fetched) throw unavailable()
+      return await fetched.keys(header)
+    }
+  }
+
+  const pems = new WeakMap<object, string>()
   return async function publicKeyOf (header: { alg?: string, kid?: string }): Promise<string> {
     // Only the fields key selection needs: nothing else of an attacker's header reaches jose.
     const key = await select({ alg: header.alg, kid: header.kid } as JWSHeaderParameters)

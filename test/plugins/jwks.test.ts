@@ -6,9 +6,9 @@ import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { gzipSync } from 'node:zlib'
 import { createSigner } from 'fast-jwt'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
-import { fetchFailureOf, mayFetch } from '../../plugins/auth/key-set.js'
+import { fetchFailureOf, mayFetch, STALE_KEYS_FACTOR } from '../../plugins/auth/key-set.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
@@ -189,6 +189,63 @@ t.test('the provider failing for longer than the cache lives: the last keys stil
   t.ok(flaky.requests() - before <= 1, `${flaky.requests() - before} fetches for 11 tokens during the outage`)
 })
 
+/** Waits for `done` (the service's next step seen from outside), polling; fails the test after about 10 s. */
+async function until (t: Test, done: () => boolean, what: string): Promise<void> {
+  for (let attempt = 0; attempt < 200 && !done(); attempt++) await sleep(50)
+  t.ok(done(), what)
+}
+
+t.test('keys older than the cache max age still verify at once while the provider hangs on the refetch; only an unknown kid waits for it, whose answer replaces the keys', async (t) => {
+  let keys = [jwk(first)]
+  const refetches: Array<{ response: ServerResponse, closed: boolean }> = []
+  // The first fetch is answered; every later one is held until the test releases it.
+  let fetches = 0
+  const hanging = await answering((response) => {
+    if (++fetches === 1) { response.end(JSON.stringify({ keys })); return }
+    const refetch = { response, closed: false }
+    response.once('close', () => { refetch.closed = true })
+    refetches.push(refetch)
+  })
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: hanging.url, JWKS_CACHE_MAX_AGE_MS: '1000' })
+  await app.seed(ordersFixture())
+  const getApp = (token: string) => app.request(ordersPath(), { token })
+  t.equal((await getApp(tokenFrom(first))).status, 200, 'the first fetch answered')
+  await sleep(1_100) // past the cache's age
+  t.equal((await getApp(tokenFrom(first))).status, 200, 'a held key verifies at once, its set aged out')
+  await until(t, () => refetches.length === 1, 'the set is fetched again, in the background')
+  t.notOk(refetches[0].closed, 'the answer came while that refetch was held (not after it timed out)')
+  for (let i = 0; i < 5; i++) t.equal((await getApp(tokenFrom(first))).status, 200, 'and so do later requests')
+  t.equal(hanging.requests(), 2, 'one refetch at a time')
+  // A kid the held set lacks waits for the refetch: only its answer holds the key.
+  const unknownKid = getApp(tokenFrom(next))
+  await sleep(200) // lets the request reach the key set before the refetch is answered
+  keys = [jwk(next)]
+  refetches[0].response.end(JSON.stringify({ keys }))
+  t.equal((await unknownKid).status, 200, 'an unknown kid is verified with the key the refetch brought')
+  t.equal((await getApp(tokenFrom(first))).status, 401, 'the refetched set replaced the old one: its withdrawn key no longer verifies')
+  t.equal(hanging.requests(), 2, 'by that one refetch')
+})
+
+t.test(`the provider down for ${STALE_KEYS_FACTOR} times the cache max age: the last keys are no longer trusted → 503 keys-unavailable, until a fetch succeeds`, async (t) => {
+  let failing = false
+  const flaky = await serve(() => failing ? undefined : { keys: [jwk(first)] })
+  const MAX_AGE_MS = 1000
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: flaky.url, JWKS_CACHE_MAX_AGE_MS: String(MAX_AGE_MS), JWKS_COOLDOWN_MS: '100' })
+  await app.seed(ordersFixture())
+  const getApp = (token: string) => app.request(ordersPath(), { token })
+  t.equal((await getApp(tokenFrom(first))).status, 200)
+  failing = true
+  await sleep(MAX_AGE_MS + 100)
+  t.equal((await getApp(tokenFrom(first))).status, 200, 'past the max age, within the bound: the last keys verify')
+  await sleep(STALE_KEYS_FACTOR * MAX_AGE_MS)
+  const res = await getApp(tokenFrom(first))
+  t.equal(res.status, 503, 'past the bound: keys unavailable')
+  t.match(res.body, { type: '/problems/keys-unavailable', status: 503 })
+  failing = false
+  await sleep(150) // past the failed fetch's cooldown
+  t.equal((await getApp(tokenFrom(first))).status, 200, 'the provider back: a fetch, and the key verifies again')
+})
+
 t.test('a key the provider withdrew stops verifying once the cache ages out, even right after a token the key set could not serve', async (t) => {
   // Tokens the set cannot serve through no fault of the provider's: an unknown kid, a kid two
   // published keys share, an alg no key set can hold. None may count as a failed fetch, which would
@@ -225,7 +282,14 @@ t.test('a key the provider withdrew stops verifying once the cache ages out, eve
     keySet.keys = [jwk(next)]
     t.equal((await getApp(refused)).status, 401, `${fault} is refused`)
     await sleep(1_200) // past the cache's age
-    t.equal((await getApp(token)).status, 401, `after ${fault}, the withdrawn key no longer verifies a token it verified before`)
+    // The first request after it is verified with the held keys while the set is fetched again;
+    // once that fetch is answered, the withdrawn key verifies nothing.
+    let status = 200
+    for (let attempt = 0; attempt < 100 && status !== 401; attempt++) {
+      status = (await getApp(token)).status
+      if (status !== 401) await sleep(50)
+    }
+    t.equal(status, 401, `after ${fault}, the withdrawn key no longer verifies a token it verified before`)
     t.equal((await getApp(tokenFrom(first))).status, 401, `after ${fault}, nor a new one`)
     t.equal((await getApp(tokenFrom(next))).status, 200, `after ${fault}, the key published instead does`)
     t.equal(rotating.requests(), 2, `after ${fault}, the set was fetched again once its age passed`)
@@ -326,11 +390,12 @@ t.test('a key set answer that is JSON but not a key set is a failed fetch, logge
   body = JSON.stringify({ keys: [jwk(first)] })
   await sleep(COOLDOWN + 50)
   t.equal(await status(), 200, 'a key set at last')
-  await sleep(1_100) // past the cache's age: each request below fetches the set again
+  await sleep(1_100) // past the cache's age: each request below fetches the set again, in the background
   for (const shape of shapes) {
     body = shape
     await sleep(COOLDOWN + 50)
     t.equal(await status(), 200, `${shape} after a set: the last one verifies`)
+    await until(t, () => fetchFailures(logs.lines).length > lines, `${shape} after a set: the fetch failed`)
     t.equal(notAKeySet(shape), ++lines, `${shape} after a set: one line`)
   }
 })
