@@ -192,6 +192,7 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
     } catch (error) {
       if (attempt >= CHANGE_ATTEMPTS || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error
     }
+    // Stryker disable next-line ArithmeticOperator: the pause's length, timing only: whether the other side of the cycle runs first is a race no test decides
     await sleep(RETRY_PAUSE_MS[0] + Math.random() * (RETRY_PAUSE_MS[1] - RETRY_PAUSE_MS[0]))
   }
 }

@@ -237,3 +237,50 @@ t.test('a POST failed by two deadlocks in a row is run a third time → 204, gra
   t.equal(res.status, 204, res.text)
   await grantedOnce(t, harness, ids, ['third', 'fourth'])
 })
+
+// Three administrators, one after the other, each closing a cycle with one attempt of the POST, and
+// none for a fourth: the change gives up after its third attempt (a 500, the spec's 503s say outage
+// or overload). A fourth attempt, had there been one, would have been granted once the third
+// administrator committed. The guard holds the authorization's advisory lock between attempts, so
+// that each attempt waits for it until its administrator holds p1's row.
+t.test('a POST failed by a deadlock on each of its three attempts → 500 after the third, nothing granted: no fourth attempt', async (t) => {
+  const harness = await build(t)
+  const ids = await seedCycle(harness, 1)
+  // One administrator after another, on one connection: each commits before the next begins.
+  const [guard, admin] = [await harness.db.connect(), await harness.db.connect()]
+  t.teardown(() => { guard.release(); admin.release() })
+  const guardPid = (guard as unknown as { processID: number }).processID
+  const waited: number[] = []
+  let pending: ReturnType<Harness['request']> | undefined
+  for (let n = 0; n < 3; n++) {
+    await admin.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'admin ${n + 1}' WHERE id = '${ids.p1}'`)
+    if (n === 0) {
+      pending = harness.request(`/resources/${ids.resource}/authorized_clients/${ids.c2}/permissions`, {
+        method: 'POST', token: token({ scope: 'create:resource' }), json: [ids.p1]
+      })
+    } else await guard.query('COMMIT')
+    const pid = await grantWaiting(harness, waited)
+    t.ok(pid, `attempt ${n + 1} waits for administrator ${n + 1}`)
+    waited.push(pid!)
+    let guarded: Promise<unknown> | undefined
+    if (n < 2) {
+      guarded = guard.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; SELECT pg_advisory_xact_lock(hashtext('${ids.resource}'), hashtext('${ids.c2}'))`)
+      let queued = false
+      for (let attempt = 0; attempt < 200 && !queued; attempt++) {
+        queued = (await harness.db.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [guardPid])).rowCount! > 0
+        if (!queued) await sleep(20)
+      }
+      t.ok(queued, `the guard waits for attempt ${n + 1}'s advisory lock`)
+    }
+    // The administrator's second UPDATE closes the cycle: the attempt is failed, the UPDATE goes on.
+    await admin.query(`UPDATE permissions SET description = 'admin ${n + 1}' WHERE id = '${ids.p2}'`)
+    await admin.query('COMMIT')
+    await guarded
+  }
+  const res = await pending!
+  t.equal(res.status, 500, res.text)
+  const { rows } = await harness.db.query(`SELECT permission_id FROM grants WHERE client_id = '${ids.c2}' ORDER BY 1`)
+  t.same(rows, [{ permission_id: ids.p2 }], 'nothing granted')
+  const history = await harness.db.query(`SELECT 1 FROM permission_changes WHERE client_id = '${ids.c2}'`)
+  t.equal(history.rowCount, 0, 'no history')
+})

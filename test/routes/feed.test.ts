@@ -482,7 +482,8 @@ t.test('a page of one resource that is not full links on from just below the hor
     await pin.query('SELECT pg_current_xact_id()')
     const below = BigInt(nextOf(await poll('?resource_id=quiet-api')).searchParams.get('after')!)
     t.ok(below > 0n, 'the horizon past the change recorded')
-    for (const after of ['0', `0${below}`]) {
+    // An empty page of limit 1 too: not full (no change), however small the limit.
+    for (const after of ['0', `0${below}`, '0&limit=1']) {
       const res = await poll(`?resource_id=quiet-api&after=${after}`)
       t.equal(res.status, 200)
       const next = nextOf(res).searchParams.get('after')!

@@ -3,6 +3,7 @@ import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { deleteToken, readToken, token } from '../support/tokens.js'
 
 const harness = await build(t)
@@ -150,6 +151,41 @@ t.test('a grant too large for the database\'s indexes → 422 grant-too-large, n
   const { rows: [{ count }] } = await harness.db.query('SELECT count(*)::int AS count FROM permission_changes WHERE resource_id = $1', [resource])
   t.equal(count, 0, 'no history')
   t.equal((await grant(['p_update_refunds'])).status, 204, 'the service goes on')
+})
+
+t.test('a grant too large is logged at info with its ids and the database\'s words, which the 422 leaves out', async (t) => {
+  const logs = captureLogs()
+  const logged = await build(t, { LOG_LEVEL: 'info' }, { logs: logs.stream })
+  const { resource, client, permission } = await tooLargeToGrant(logged.db)
+  const res = await logged.request(ordersPath(client, resource), { method: 'POST', token: createToken(), json: [permission] })
+  t.equal(res.status, 422)
+  const line = await logs.waitFor((line) => line.msg === 'grant too large to store', 'the grant too large')
+  t.match(line, { level: 30, resourceId: resource, clientId: client, reason: /index row/ })
+})
+
+// Only the database's limit is the caller's to fix: any other failure of the grant keeps its own answer.
+t.test('a grant whose database connection is lost as it waits → 503 database-unavailable, not 422 grant-too-large; nothing granted', async (t) => {
+  // Another transaction holds the authorization's advisory lock: the POST waits for it, in its first statement.
+  const locker = await harness.db.connect()
+  t.teardown(() => locker.release())
+  await locker.query("BEGIN; SELECT pg_advisory_xact_lock(hashtext('orders-api'), hashtext('app-a'))")
+  const pending = grant(['p_update_refunds'])
+  let pid: number | undefined
+  for (let attempt = 0; attempt < 100 && pid === undefined; attempt++) {
+    const { rows } = await harness.db.query<{ pid: number }>(`
+      SELECT pid FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%' AND pid <> $1`,
+    [(locker as unknown as { processID: number }).processID])
+    pid = rows[0]?.pid
+    if (pid === undefined) await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  t.ok(pid, 'the POST waits for the lock')
+  await harness.db.query('SELECT pg_terminate_backend($1)', [pid])
+  const res = await pending
+  t.equal(res.status, 503)
+  t.match(res.body, { type: '/problems/database-unavailable' })
+  await locker.query('ROLLBACK')
+  t.notOk((await grantsOf()).includes('p_update_refunds'), 'nothing granted')
 })
 
 t.test('with replicas, a grant too large answers its 422 with a Consistency-Token, as every other refusal of a change', async (t) => {

@@ -45,6 +45,7 @@ export function newestOf (versions: string[]): bigint | undefined {
   let newest: bigint | undefined
   for (const opaque of versions) {
     const version = BigInt(opaque)
+    // Stryker disable next-line EqualityOperator: equivalent: when equal, the assignment changes nothing
     if (newest === undefined || version > newest) newest = version
   }
   return newest
