@@ -45,7 +45,10 @@ const changeApplies = 'target.authorized AND precondition.met AND precondition.n
 
 // After the change ($5 actor sub, $6 actor client id, $7 request id): when it changed anything, one
 // row of history with the ids it changed (request order, each once). Its trigger announces it at
-// COMMIT on the permission_changes channel (migration 0007).
+// COMMIT on the permission_changes channel (migration 0007). The client is authorized when the
+// statement locked its authorization row: one made after the change's locks and deleted as the
+// statement began is in its snapshot, but gone for the lock, and the change (which joins `locked`)
+// made nothing; a 404, as after the delete, not a 204 with no version for its ETag.
 const recordChange = (action: 'granted' | 'unauthorized') => `
   , recorded AS (
     INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, actor_sub, actor_client_id, request_id)
@@ -62,7 +65,8 @@ const recordChange = (action: 'granted' | 'unauthorized') => `
     WHERE ids IS NOT NULL
     RETURNING id
   )
-  SELECT target.*, precondition.met AS precondition_met, precondition.none_match_met, ${unknownIds},
+  SELECT target.resource_exists, target.client_exists, EXISTS (SELECT FROM locked) AS authorized,
+    precondition.met AS precondition_met, precondition.none_match_met, ${unknownIds},
     (SELECT version FROM locked)::text AS version_before,
     (SELECT count(*) FROM changed) AS changed,
     (SELECT id FROM recorded) AS change_id

@@ -284,3 +284,38 @@ t.test('a POST failed by a deadlock on each of its three attempts → 500 after 
   const history = await harness.db.query(`SELECT 1 FROM permission_changes WHERE client_id = '${ids.c2}'`)
   t.equal(history.rowCount, 0, 'no history')
 })
+
+// An authorization made by another writer after the change's locks and deleted by a third while the
+// change statement starts: the statement's snapshot shows it, but its row lock finds it gone. The
+// change then holds no authorization (it changes nothing, and has no version for the 204's ETag,
+// which the spec requires): 404 client-not-authorized, as if it had come after the delete. A lock
+// on the history's table, which only the change statement takes, holds the POST between the two.
+t.test('an authorization deleted as the change statement locks it → 404 client-not-authorized, nothing granted, no 204 without an ETag', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const [locker, deleter] = [await harness.db.connect(), await harness.db.connect()]
+  t.teardown(() => { locker.release(); deleter.release() })
+  await locker.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE')
+  const pending = harness.request(ordersPath('app-c'), { method: 'POST', token: token({ scope: 'create:resource' }), json: ['p_read_orders'] })
+  const waitingOn = async (event: string) => {
+    for (let attempt = 0; attempt < 200; attempt++) {
+      const { rowCount } = await harness.db.query(`
+        SELECT 1 FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = $1 AND query LIKE '%INSERT INTO grants%'`, [event])
+      if (rowCount! > 0) return true
+      await sleep(20)
+    }
+    return false
+  }
+  t.ok(await waitingOn('relation'), 'the POST holds its locks (none: app-c is not authorized) and its statement waits for the history\'s table')
+  await harness.db.query("INSERT INTO authorizations (resource_id, client_id) VALUES ('orders-api', 'app-c')")
+  await deleter.query("BEGIN; DELETE FROM authorizations WHERE resource_id = 'orders-api' AND client_id = 'app-c'")
+  await locker.query('COMMIT')
+  t.ok(await waitingOn('transactionid'), 'the statement, whose snapshot shows the authorization, waits for the delete to lock it')
+  await deleter.query('COMMIT')
+  const res = await pending
+  t.equal(res.status, 404, res.text)
+  t.match(res.body, { type: '/problems/client-not-authorized' })
+  const { rowCount } = await harness.db.query("SELECT 1 FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-c'")
+  t.equal(rowCount, 0, 'nothing granted')
+})
