@@ -171,7 +171,10 @@ function authorizationLocks (client: pg.PoolClient, { resourceId, clientId }: Pi
 const DEADLOCK_DETECTED = '40P01'
 /** Attempts of a change that PostgreSQL fails to break a deadlock: the first and two more. */
 const CHANGE_ATTEMPTS = 3
-/** The pause before a change is run again, in ms: at least the first, up to the second, at random. */
+/**
+ * The pause before a change is run again, in ms: at least the first, up to the second, at random,
+ * doubled for each attempt already failed (50–150, then 100–300).
+ */
 const RETRY_PAUSE_MS = [50, 150] as const
 
 /**
@@ -182,8 +185,9 @@ const RETRY_PAUSE_MS = [50, 150] as const
  * the rollback and takes the lock it waited for (the authorization's row) as soon as it runs. Run
  * again at once, on a connection idle in the pool, the change could take that row before it,
  * wait for the other side's rows again and close the same cycle: failed again, a 500. So it
- * pauses first, 50 to 150 ms at random (long enough for the other side to run on a busy machine;
- * two changes failed together do not start again together), then waits behind its commit instead. Each attempt takes its
+ * pauses first, 50 to 150 ms at random, twice that before a third attempt (long enough for the
+ * other side to run on a busy machine, longer if it did not; two changes failed together do not
+ * start again together), then waits behind its commit instead. Each attempt takes its
  * connection in the caller's trace context, kept for synchronous calls only (src/tracing.ts): the
  * others start after an await, and their statements would have no span. A change failed by every
  * attempt is a 500 still: the spec's 503 problem types say outage or overload, not a deadlock.
@@ -197,7 +201,7 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
       if (attempt >= CHANGE_ATTEMPTS || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error
     }
     // Stryker disable next-line ArithmeticOperator: the pause's length, timing only: whether the other side of the cycle runs first is a race no test decides
-    await sleep(RETRY_PAUSE_MS[0] + Math.random() * (RETRY_PAUSE_MS[1] - RETRY_PAUSE_MS[0]))
+    await sleep(2 ** (attempt - 1) * (RETRY_PAUSE_MS[0] + Math.random() * (RETRY_PAUSE_MS[1] - RETRY_PAUSE_MS[0])))
   }
 }
 
