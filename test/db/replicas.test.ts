@@ -2,8 +2,6 @@
 // (test/support/replication.ts): what its probe learns, which replica a read may go to and why
 // none may, the events an outage makes, and its end. test/system/replicas.test.ts tests the same
 // through the service, where the read path's own check of a replica's position hides some of it.
-import { EventEmitter, once } from 'node:events'
-import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t, { type Test } from 'tap'
@@ -12,6 +10,7 @@ import { freePort } from '../../db/embedded-postgres.js'
 import { parseLsn, positionColumn } from '../../db/lsn.js'
 import { DatabasePool } from '../../db/pool.js'
 import { readIfReplayed, recoveryConflict, type Replica, replicaFailed, ReplicaSet, type ReplicaSetOptions, schemaBehind } from '../../db/replicas.js'
+import { holdingProxy } from '../support/holding-proxy.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 
 skipUnlessPostgresServer(t, 'the replica set test')
@@ -71,49 +70,6 @@ async function stallReplayBehindAWrite (t: Test): Promise<number> {
   const written = performance.now()
   await cluster.waitForReceive()
   return written
-}
-
-/**
- * A loopback TCP proxy to the server at `url` whose answers can be held back (a busy machine, a
- * slow network): while held, what the server sends waits in the proxy until released, in order.
- * nextSend() resolves when a client next sends the server something (a query). Closed when `t` ends.
- */
-async function holdingProxy (t: Test, url: string): Promise<{ url: string, hold: () => void, release: () => void, nextSend: () => Promise<unknown> }> {
-  const target = new URL(url)
-  const sends = new EventEmitter()
-  const sockets = new Set<Socket>()
-  let held: Array<() => void> | undefined
-  const server = createServer((client) => {
-    const upstream = connect(Number(target.port), target.hostname)
-    for (const socket of [client, upstream]) {
-      sockets.add(socket)
-      socket.on('error', () => {})
-      socket.on('close', () => { client.destroy(); upstream.destroy(); sockets.delete(socket) })
-    }
-    client.on('data', (chunk) => { upstream.write(chunk); sends.emit('send') })
-    upstream.on('data', (chunk) => {
-      if (held) held.push(() => client.write(chunk))
-      else client.write(chunk)
-    })
-  })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => {
-    for (const socket of sockets) socket.destroy()
-    server.close()
-  })
-  const proxied = new URL(url)
-  proxied.port = String((server.address() as AddressInfo).port)
-  return {
-    url: proxied.href,
-    hold: () => { held ??= [] },
-    release: () => {
-      const waiting = held ?? []
-      held = undefined
-      for (const write of waiting) write()
-    },
-    nextSend: () => once(sends, 'send')
-  }
 }
 
 /** Where the primary has written now. */

@@ -2,8 +2,7 @@
 // connections stay up and what the server sends waits in the proxy, in order, until released. To
 // the client it is a server that accepted the connection and answers nothing (stopped with
 // SIGSTOP, or behind a network that drops the packets, or a proxy holding the bytes).
-// (test/db/replicas.test.ts has one of its own, which also tells when a client sends.)
-import { once } from 'node:events'
+import { EventEmitter, once } from 'node:events'
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import type { Test } from 'tap'
 
@@ -16,11 +15,14 @@ export interface HoldingProxy {
   holdFrom: (text: string) => void
   /** Lets what was held through, and what comes after. */
   release: () => void
+  /** Resolves when a client next sends the server something (a query). */
+  nextSend: () => Promise<unknown>
 }
 
 /** A proxy to the server at `url`, closed with its connections when `t` ends. */
 export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy> {
   const target = new URL(url)
+  const sends = new EventEmitter()
   const sockets = new Set<Socket>()
   let held: Array<() => void> | undefined
   let holdAt: string | undefined
@@ -37,6 +39,7 @@ export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy>
         held ??= []
       }
       upstream.write(chunk)
+      sends.emit('send')
     })
     upstream.on('data', (chunk) => {
       if (held) held.push(() => client.write(chunk))
@@ -60,6 +63,7 @@ export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy>
       held = undefined
       holdAt = undefined
       for (const write of waiting) write()
-    }
+    },
+    nextSend: () => once(sends, 'send')
   }
 }
