@@ -1,12 +1,13 @@
 // The change feed as Server-Sent Events. The stream's first page is read before anything is sent,
-// so a pruned cursor still gets its 410 (and a close during that read a 503 shutting-down), then it is caught up and kept live by the shared reader
-// (src/feed-hub.ts). What waits for a consumer is bounded: a consumer that, when the shared reader
-// has more for it, still has more than FEED_STREAM_BUFFER_BYTES to read besides what it was given
-// last (a consumer keeping up may still be reading the last page) is disconnected, and resumes
-// with Last-Event-ID where it stopped. Catching up, a stream is not cut for its pace: it reads its
-// next page once its consumer has taken the last. Live or catching up, a consumer that takes none of
-// what waits for it for FEED_STALL_TIMEOUT_MS is disconnected too (a zero TCP window): it would hold
-// a FEED_MAX_STREAMS slot for as long as it stays connected.
+// so a pruned cursor still gets its 410 (and a close during that read a 503 shutting-down), then it
+// is caught up and kept live by the shared reader (src/feed-hub.ts). What waits for a consumer is
+// bounded: a consumer that, when the shared reader has more for it, still has more than
+// FEED_STREAM_BUFFER_BYTES to read besides what it was given last (a consumer keeping up may still
+// be reading the last page) is disconnected, and resumes with Last-Event-ID where it stopped.
+// Catching up, a stream is not cut for its pace: it reads its next page once its consumer has taken
+// the last. Live or catching up, a consumer that takes none of what waits for it for
+// FEED_STALL_TIMEOUT_MS is disconnected too (a zero TCP window): it would hold a FEED_MAX_STREAMS
+// slot for as long as it stays connected.
 import { once } from 'node:events'
 import type { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
