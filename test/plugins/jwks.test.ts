@@ -296,13 +296,36 @@ t.test('a key the provider withdrew stops verifying once the cache ages out, eve
   }))
 })
 
-t.test('no key set was ever fetched and the provider is down → 503 keys-unavailable, not 401', async (t) => {
+t.test('no key set was ever fetched and the provider is down → 503 keys-unavailable, not 401; within the failed fetch\'s cooldown, at once, without a fetch', async (t) => {
   const down = await serve(() => undefined)
-  const fresh = await build(t, { JWT_SECRET: '', JWKS_URL: down.url })
+  const fresh = await build(t, { JWT_SECRET: '', JWKS_URL: down.url, JWKS_COOLDOWN_MS: '60000' })
   const res = await fresh.request(ordersPath(), { token: tokenFrom(first) })
   t.equal(res.status, 503)
   t.equal(res.headers.get('retry-after'), '5')
   t.match(res.body, { type: '/problems/keys-unavailable', status: 503 })
+  t.equal(down.requests(), 1)
+  t.equal((await fresh.request(ordersPath(), { token: tokenFrom(first) })).status, 503, 'again, within the cooldown')
+  t.equal(down.requests(), 1, 'not fetched again within the cooldown')
+})
+
+t.test('a provider that negotiates content (406 unless asked for JSON) is asked for a key set: application/jwk-set+json or application/json → 200', async (t) => {
+  const accepts: string[] = []
+  const negotiating = await answering((response) => {
+    const accept = response.req.headers.accept ?? ''
+    accepts.push(accept)
+    if (/application\/(jwk-set\+)?json/.test(accept)) {
+      response.setHeader('content-type', 'application/jwk-set+json')
+      response.end(JSON.stringify({ keys: [jwk(first)] }))
+    } else {
+      response.statusCode = 406
+      response.end()
+    }
+  })
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: negotiating.url })
+  await app.seed(ordersFixture())
+  t.equal((await app.request(ordersPath(), { token: tokenFrom(first) })).status, 200)
+  t.equal(accepts.length, 1, 'one fetch')
+  t.match(accepts[0], /application\/jwk-set\+json/, 'asking for a key set')
 })
 
 t.test('a key set response too big to be one (16 MiB, a gzip bomb, a body that never ends) is cut at 1 MiB → 503, not read on to the timeout', async (t) => {
