@@ -1,7 +1,7 @@
 // POST: the inverse of DELETE, with the same body rules and the same 404 order.
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
-import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
+import { historyPath, ordersFixture, ordersPath, tooLargeToGrant } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
 import { deleteToken, readToken, token } from '../support/tokens.js'
@@ -120,21 +120,6 @@ t.test('each statement is prepared once per connection under its own name; none 
       : [], `prepared=${prepared}`)
   }
 })
-
-/**
- * A client authorized on a resource with one permission, whose grant is within every bound of the
- * contract and over a grant's index entry (about 2.7 kB): 255 characters of four bytes each (which
- * compression cannot shrink) in the resource, client and permission ids.
- */
-async function tooLargeToGrant (db: typeof harness.db): Promise<{ resource: string, client: string, permission: string }> {
-  const long = (first: number) => Array.from({ length: 255 }, (_, i) => String.fromCodePoint(0x20000 + ((first * 7919 + i * 104729) % 0xa6d0))).join('')
-  const [resource, client, permission] = [long(1), long(2), long(3)]
-  await db.query('INSERT INTO resources (id) VALUES ($1)', [resource])
-  await db.query('INSERT INTO clients (id) VALUES ($1)', [client])
-  await db.query('INSERT INTO permissions (resource_id, id, name) VALUES ($1, $2, \'read:new\')', [resource, permission])
-  await db.query('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [resource, client])
-  return { resource, client, permission }
-}
 
 t.test('a grant too large for the database\'s indexes → 422 grant-too-large, nothing granted, the next request served', async (t) => {
   const { resource, client, permission } = await tooLargeToGrant(harness.db)

@@ -1,4 +1,5 @@
 // Seed documents shared by the tests.
+import type { Queryable } from '../../db/queries/statement.js'
 import type { SeedData } from '../../db/seed.js'
 
 /** orders-api with 12 permissions; app-a holds 10 of them, app-b is authorized with none. */
@@ -120,4 +121,19 @@ export function fastCheckSeed (t: { comment: (message: string) => void }): numbe
   const seed = chosen === 'pinned' ? PINNED_SEED : chosen === 'random' ? Date.now() % 2 ** 31 : Number(chosen)
   t.comment(`fast-check seed ${seed} (replay with FUZZ_SEED=${seed})`)
   return seed
+}
+
+/**
+ * A client authorized on a resource with one permission, whose grant is within every bound of the
+ * contract and over a grant's index entry (about 2.7 kB): 255 characters of four bytes each (which
+ * compression cannot shrink) in the resource, client and permission ids.
+ */
+export async function tooLargeToGrant (db: Queryable): Promise<{ resource: string, client: string, permission: string }> {
+  const long = (first: number) => Array.from({ length: 255 }, (_, i) => String.fromCodePoint(0x20000 + ((first * 7919 + i * 104729) % 0xa6d0))).join('')
+  const [resource, client, permission] = [long(1), long(2), long(3)]
+  await db.query('INSERT INTO resources (id) VALUES ($1)', [resource])
+  await db.query('INSERT INTO clients (id) VALUES ($1)', [client])
+  await db.query('INSERT INTO permissions (resource_id, id, name) VALUES ($1, $2, \'read:new\')', [resource, permission])
+  await db.query('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [resource, client])
+  return { resource, client, permission }
 }

@@ -17,7 +17,7 @@ import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase } from '../../db/seed.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
 import { endsWithTest } from '../support/at-exit.js'
-import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
+import { historyPath, ordersFixture, ordersPath, tooLargeToGrant } from '../support/fixtures.js'
 import { createTestDatabase } from '../support/database.js'
 import { loaderArgs, runnableOf } from '../support/node-args.js'
 import { productionServerEnv, serverProcess } from '../support/server-process.js'
@@ -369,13 +369,7 @@ t.test('a grant too large, with replicas: the primary\'s position, asked after t
     OTEL_BSP_SCHEDULE_DELAY: '100',
     DATABASE_REPLICA_URLS: `postgres://u:p@127.0.0.1:${await freePort()}/db`
   })
-  // Ids within the contract's bounds, too long together for a grant's index entry (test/routes/grant.test.ts).
-  const long = (first: number) => Array.from({ length: 255 }, (_, i) => String.fromCodePoint(0x20000 + ((first * 7919 + i * 104729) % 0xa6d0))).join('')
-  const [resource, client, permission] = [long(1), long(2), long(3)]
-  await db.query('INSERT INTO resources (id) VALUES ($1)', [resource])
-  await db.query('INSERT INTO clients (id) VALUES ($1)', [client])
-  await db.query('INSERT INTO permissions (resource_id, id, name) VALUES ($1, $2, \'read:new\')', [resource, permission])
-  await db.query('INSERT INTO authorizations (resource_id, client_id) VALUES ($1, $2)', [resource, client])
+  const { resource, client, permission } = await tooLargeToGrant(db)
   const caller = callerTraceparent()
   const creator = token({ scope: 'create:resource', ...productionClaims }, { expiresIn: 600 })
   const answer = await fetch(`${server.url}${ordersPath(client, resource)}`, {
