@@ -20,10 +20,11 @@ import { createTestDatabase } from '../support/database.js'
 import { serverProcess } from '../support/server-process.js'
 import { TEST_SECRET, token } from '../support/tokens.js'
 
-// How long the writers write; the held transaction starts HOLD_AFTER_MS in and stays open 1–3 s.
+// How long the writers write; the held transaction starts HOLD_AFTER_MS in and stays open 0.6–1.8 s,
+// so the writers go on for over a second after it commits.
 // On cores shared with other test files they may get few requests through in that time: they go on,
 // up to four times as long, until the hammered authorization has HAMMERED_CHANGES changes.
-const WRITE_MS = 5_000
+const WRITE_MS = 3_500
 const HAMMERED_CHANGES = 20
 const HOLD_AFTER_MS = 400
 // How long the followers get to catch up once the writers are done: a deadline, not a measurement
@@ -371,7 +372,7 @@ async function sqlWriter (): Promise<void> {
   }
 }
 
-// One transaction opened early, that records a change and stays open 1–3 s: every change committed
+// One transaction opened early, that records a change and stays open 0.6–1.8 s: every change committed
 // meanwhile has a larger id, and must wait for it.
 const held = { id: 0n, openedAt: 0, commitAt: 0, aboveWhileOpen: 0 }
 async function holdOpen (): Promise<void> {
@@ -383,7 +384,7 @@ async function holdOpen (): Promise<void> {
       'INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id) VALUES (\'hammer-api\', \'held-app\', \'granted\', ARRAY[\'h_0\'], \'held\') RETURNING id::text')
     held.id = BigInt(row.id)
     held.openedAt = performance.now()
-    await sleep(1_000 + random(2_000))
+    await sleep(600 + random(1_200))
     // Committed by others while it is open, above it: what a feed ordered by id alone would skip.
     const { rows: [above] } = await db.query<{ count: number }>('SELECT count(*)::int AS count FROM permission_changes WHERE id > $1', [row.id])
     held.aboveWhileOpen = above.count

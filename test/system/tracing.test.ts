@@ -338,14 +338,15 @@ t.test('a statement sent outside any request (the feed\'s shared reader) on a co
   // One connection: the reader waits in the pool's queue behind the lists, and pg-pool hands it
   // the connection inside the callback of a list's statement, where the list's context is active.
   const server = await startServer({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '100', DATABASE_POOL_MAX: '1' })
-  // A live stream: the shared reader reads the feed each second.
+  // A live stream: the shared reader reads the feed each second, so at least twice while the lists
+  // below keep the one connection busy (each read is handed it by a list's callback).
   const streaming = new AbortController()
   t.teardown(() => streaming.abort())
   const stream = await fetch(`${server.url}/permission_changes`, { headers: { authorization: `Bearer ${reader}`, accept: 'text/event-stream' }, signal: streaming.signal })
   t.equal(stream.status, 200)
   stream.body!.pipeTo(new WritableStream()).catch(() => {})
   const sent: string[] = []
-  const until = Date.now() + 3500
+  const until = Date.now() + 2200
   await Promise.all(Array.from({ length: 4 }, async () => {
     while (Date.now() < until) {
       const caller = callerTraceparent()
