@@ -3,7 +3,7 @@
 // is transpiled by esbuild into .test-build/ (half a second, no type check: `npm run typecheck`
 // does that), so each test file's process, and each server or command a test starts, loads
 // JavaScript instead of compiling through tsx (about 0.9 s of CPU a process, on two cores shared by
-// four test files at a time). Each test file runs without tap's process recording, which the
+// six test files at a time). Each test file runs without tap's process recording, which the
 // suite does not use (test/support/without-process-info.ts, about 1 s of CPU a file). Arguments
 // pass through to tap (npm test -- test/x.test.ts: a source path is run as its build); --help/-h
 // is answered here, and tap's own reading of its options refuses what it does not know, both
