@@ -740,7 +740,7 @@ export interface operations {
                  * @example 0/3000148
                  */
                 "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
-                /** @description The `id` of the last event a stream received (EventSource sends it when it reconnects); wins over `after`. */
+                /** @description The `id` of the last event a stream received (EventSource sends it when it reconnects); on a stream it wins over `after`; a polled page starts from `after` alone. */
                 "Last-Event-ID"?: components["schemas"]["ChangeId"];
             };
             path?: never;
