@@ -535,6 +535,26 @@ export interface components {
             };
             content?: never;
         };
+        /**
+         * @description The replica is not ready: starting, shutting down, or its database cannot be reached. Like a
+         *     ready answer, about this moment only (`Cache-Control: no-store`): a cache that kept it would
+         *     hold the replica out of its pool after it became ready.
+         */
+        NotReady: {
+            headers: {
+                /**
+                 * @description `no-store`: nothing on the way may keep the answer.
+                 * @example no-store
+                 */
+                "Cache-Control": string;
+                /** @description Seconds to wait before retrying. */
+                "Retry-After": number;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The client's grants changed since the `ETag` given in `If-Match`, or (on a change) are at a version `If-None-Match` names (or it is `*`); nothing was changed, and the list served no page. */
         PreconditionFailed: {
             headers: {
@@ -888,7 +908,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             408: components["responses"]["RequestTimeout"];
             431: components["responses"]["HeadersTooLarge"];
-            503: components["responses"]["ServiceUnavailable"];
+            503: components["responses"]["NotReady"];
         };
     };
     listPermissionChanges: {

@@ -9,17 +9,22 @@ import { problems } from '../problems.js'
 
 const { getLiveness, getReadiness } = operations
 
-// A probe's answer is about this moment: a cache on the way (Varnish keeps a 200 without
-// Cache-Control for 2 minutes) would keep a replica "ready" after its database went away.
-const ok = (reply: FastifyReply) => {
+// A probe's answer, ready or not, is about this moment: a cache on the way (Varnish keeps a 200
+// without Cache-Control for 2 minutes) would keep a replica "ready" after its database went away,
+// or out of the pool after it came back. Set before the checks: a problem keeps it.
+const uncached = (reply: FastifyReply) => {
   reply.header('cache-control', 'no-store')
-  return { status: 'ok' as const }
 }
+const ok = { status: 'ok' as const }
 
 export default async function healthRoutes (fastify: FastifyInstance) {
-  fastify.get(getLiveness.url, { schema: getLiveness.schema, config: { ...getLiveness.config, pressureExempt: true } }, async (_request, reply) => ok(reply))
+  fastify.get(getLiveness.url, { schema: getLiveness.schema, config: { ...getLiveness.config, pressureExempt: true } }, async (_request, reply) => {
+    uncached(reply)
+    return ok
+  })
 
   fastify.get(getReadiness.url, { schema: getReadiness.schema, config: { ...getReadiness.config, pressureExempt: true } }, async (request, reply) => {
+    uncached(reply)
     if (fastify.draining) throw problems.shuttingDown()
     if (!fastify.calmSinceStart()) throw problems.starting()
     try {
@@ -28,6 +33,6 @@ export default async function healthRoutes (fastify: FastifyInstance) {
       request.log.warn(databaseErrorSummary(error as Error), 'readiness check failed')
       throw problems.databaseUnavailable()
     }
-    return ok(reply)
+    return ok
   })
 }

@@ -78,7 +78,7 @@ t.test('draining: /readyz → 503 shutting-down, logged at info without a stack'
   t.same(logs.lines.filter((line) => (line.level as number) >= 40), [], 'nothing at warn or above')
 })
 
-t.test('/healthz and /readyz answers are kept by no cache: Cache-Control no-store, on GET and HEAD', async (t) => {
+t.test('/healthz and /readyz answers, ready or not, are kept by no cache: Cache-Control no-store, on GET and HEAD', async (t) => {
   const harness = await build(t)
   for (const path of ['/healthz', '/readyz']) {
     for (const method of ['GET', 'HEAD']) {
@@ -86,5 +86,12 @@ t.test('/healthz and /readyz answers are kept by no cache: Cache-Control no-stor
       t.equal(res.status, 200, `${method} ${path}`)
       t.equal(res.headers.get('cache-control'), 'no-store', `${method} ${path}`)
     }
+  }
+  // Not ready is about this moment too: a cache keeping the 503 would hold a ready replica out.
+  harness.app.startDraining()
+  for (const method of ['GET', 'HEAD']) {
+    const res = await harness.request('/readyz', { method })
+    t.equal(res.status, 503, `${method} /readyz while draining`)
+    t.equal(res.headers.get('cache-control'), 'no-store', `${method} /readyz while draining`)
   }
 })
