@@ -106,6 +106,7 @@ export class ReplicaSet extends EventEmitter {
       this.#firstLsn ??= this.#samples[0].lsn
       // Kept for maxLag and four intervals more, and the one sample before: enough to tell that a
       // replica lags, so the lag reads at most about that (db_replica_lag_seconds says so).
+      // Stryker disable next-line EqualityOperator: equivalent: at two samples the second is the one just taken (its age is 0), and two times of performance.now() a threshold apart to the fraction of a ms do not happen
       while (this.#samples.length > 2 && now - this.#samples[1].at > this.#maxLagMs + 4 * this.#probeIntervalMs) this.#samples.shift()
     } catch {
       this.primaryReachable = false
@@ -123,6 +124,7 @@ export class ReplicaSet extends EventEmitter {
         // behind the same URL, is only as far as it says.
         replica.replayed = parseLsn(row.lsn)!
         // An answer to a question asked before a read found the replica failing says nothing of now.
+        // Stryker disable next-line EqualityOperator: equivalent: a probe asked and a read failed at the same performance.now(), to the fraction of a ms, do not happen
         if (!replica.up && askedAt > (this.#downAt.get(replica) ?? -Infinity)) {
           replica.up = true
           // Reported when it comes back from a reported outage, not at its first probe.
@@ -158,6 +160,7 @@ export class ReplicaSet extends EventEmitter {
 
   /** What a read on `replica` has shown of its position (never moves it back). */
   observed (replica: Replica, lsn: bigint): void {
+    // Stryker disable next-line EqualityOperator: equivalent: an equal position assigned again changes nothing
     if (lsn > replica.replayed) replica.replayed = lsn
   }
 

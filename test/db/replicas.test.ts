@@ -207,6 +207,19 @@ t.test('a URL that is not a standby (the primary\'s): down, with the reason, and
   t.same(events, ['down replica-1: not a streaming replica: pg_is_in_recovery() is false'], 'reported once')
 })
 
+t.test('a replica lacking an object the primary has: reported once per replica and object', async (t) => {
+  const set = replicaSet(t, { urls: [cluster.replicaUrl, cluster.replicaUrl] })
+  const reported: string[] = []
+  set.on('lacking', (replica: Replica, error: Error) => reported.push(`${replica.name}: ${error.message}`))
+  const [first, second] = set.replicas
+  const lacks = (name: string) => Object.assign(new Error(`relation "${name}" does not exist`), { code: '42P01' })
+  set.lacking(first, lacks('grants_v2'))
+  set.lacking(first, lacks('grants_v2'))
+  set.lacking(first, lacks('permissions_v2'))
+  set.lacking(second, lacks('grants_v2'))
+  t.same(reported, ['replica-1: relation "grants_v2" does not exist', 'replica-1: relation "permissions_v2" does not exist', 'replica-2: relation "grants_v2" does not exist'])
+})
+
 t.test('an outage: reported once however many probes fail; the first probe after it brings the replica back, and says so', async (t) => {
   const set = replicaSet(t)
   const events = eventsOf(set)
