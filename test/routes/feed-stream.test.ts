@@ -5,12 +5,17 @@
 // reading) is test/routes/feed-stream-pace.test.ts. The PostgreSQL cluster is shared with the
 // test files running beside this one, and a transaction open in any of its databases holds the feed
 // back: waits have generous deadlines, and nothing here asserts how soon a change arrives.
+import { createPublicKey } from 'node:crypto'
+import { once } from 'node:events'
+import { createServer, request as httpRequest, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify from 'fastify'
 import fp from 'fastify-plugin'
 import t from 'tap'
 import feed from '../../plugins/feed.js'
 import { pruneChanges } from '../../db/queries/history.js'
+import type { FeedSubscriber } from '../../src/feed-hub.js'
 import { checkContract } from '../support/contract.js'
 import { newDatabase } from '../support/database.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
@@ -18,9 +23,9 @@ import { build } from '../support/harness.js'
 import { holdingProxy } from '../support/holding-proxy.js'
 import { captureLogs } from '../support/logs.js'
 import { type SseStream } from '../support/sse.js'
-import { readToken, token } from '../support/tokens.js'
+import { ecKeyPair, readToken, token } from '../support/tokens.js'
 import { until } from '../support/waiting.js'
-import { change, cursorBlocks, type FeedEntry, fourChanges, ids, increasing, poll, recordBeyondSocketBuffers, sentinel, stream } from '../support/feed-stream.js'
+import { change, cursorBlocks, type FeedEntry, fourChanges, ids, increasing, poll, recordBeyondSocketBuffers, sentinel, shown, stream } from '../support/feed-stream.js'
 
 t.test('a stream from the start: retry first, then every change as an event whose id and data are the polled entry\'s; a later change arrives once', async (t) => {
   const harness = await build(t)
@@ -196,6 +201,43 @@ t.test('fastify.close() while a stream\'s first page is read: 503 shutting-down 
   t.equal(harness.app.feed.streams, 0)
 })
 
+t.test('a consumer gone while its stream\'s first page is read never joins the live streams: once the others close, the shared reader has none', async (t) => {
+  const harness = await build(t)
+  const connections = () => new Promise<number>((resolve, reject) => { harness.app.server.getConnections((error, count) => { if (error) reject(error); else resolve(count) }) })
+  // The first read waits on this lock. Held briefly: a lock this strong takes a transaction id,
+  // which holds back the feed of every test file beside this one.
+  const locker = await harness.db.connect()
+  try {
+    await locker.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE')
+    const req = httpRequest(`${harness.baseUrl}/permission_changes`, { agent: false, headers: { accept: 'text/event-stream', authorization: `Bearer ${readToken()}` } })
+    req.on('error', () => {})
+    req.end()
+    await until('the first read waiting on the lock', async () => (await harness.db.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rows[0].n > 0)
+    req.destroy()
+    await until('the server sees the consumer gone', async () => (await connections()) === 0)
+    t.equal(harness.app.feed.streams, 0, 'counted out')
+  } finally {
+    await locker.query('ROLLBACK')
+    locker.release()
+  }
+  // A stream that gets a change live: the shared reader has read for everyone live by then.
+  const witness = await stream(t, harness)
+  await harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+    VALUES ('orders-api', 'app-a', 'granted', ARRAY['p'], 'after-gone')`)
+  await witness.until('the change', () => witness.events.length === 1, 30_000)
+  witness.close()
+  await until('the witness counted out', () => harness.app.feed.streams === 0)
+  // With nobody live, the shared reader has no position, and a subscriber with nothing more to
+  // read joins it at once; had the gone stream stayed live, this one would first be caught up
+  // from its cursor (0) to where the reader is, past the change.
+  const writes: string[][] = []
+  const probe: FeedSubscriber = { after: -1n, closed: false, write: (changes) => { writes.push(changes.map(({ id }) => String(id))) }, room: async () => {}, missed: () => {} }
+  await harness.app.feed.hub.follow(probe, { changes: [], horizon: '1', heldBack: false })
+  harness.app.feed.hub.unfollow(probe)
+  t.same(writes, [], 'live at once, nothing to catch up with')
+})
+
 t.test('a stream and its 410: Vary: Accept, Last-Event-ID (both chose the answer), a stream Cache-Control: no-store; their heads as the spec declares them', async (t) => {
   const harness = await build(t)
   await harness.seed(ordersFixture())
@@ -274,7 +316,7 @@ t.test('a stream ends, cleanly, once the token that opened it is no longer accep
   t.equal(s.status, 200)
   const good = await stream(t, harness)
   t.equal(await s.finished, 'end', 'ended with its last chunk, not cut: the consumer resumes')
-  t.ok(logs.lines.some((line) => line.msg === 'change feed: the token that opened the stream expired; ended (the consumer resumes with a fresh one)'), 'logged')
+  t.match(logs.lines.find((line) => line.msg === 'change feed: the token that opened the stream expired; ended (the consumer resumes with a fresh one)'), { after: /^-?\d+$/ }, 'logged, with where it ended')
   t.equal((await harness.request('/permission_changes', { token: expiring })).status, 401, 'the token is refused now')
   await until('one stream counted', () => harness.app.feed.streams === 1)
   t.equal(good.outcome, undefined, 'the stream opened with a good token is still open')
@@ -349,6 +391,46 @@ t.test('reads failing: a stream catching up ends cleanly (its consumer resumes),
   t.equal(live.outcome, undefined, 'the live stream stays')
   await sentinel(t, harness, live)
   t.equal(live.events.length, recorded + 1)
+})
+
+t.test('a first page of more than half the bound, which the socket takes at once (no \'drain\' comes): the stream still goes live, and a later change arrives', async (t) => {
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: '1024' })
+  const insert = (count: number) => harness.db.query(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+    SELECT 'orders-api', 'app-a', 'granted', ARRAY['p'], 'small-' || n FROM generate_series(1, $1::int) AS n`, [count])
+  // About 2 KB: the stream waits for room (at most half the bound waiting) before it goes live.
+  await insert(10)
+  await shown(harness)
+  const s = await stream(t, harness)
+  await s.until('the ten changes', () => s.events.length === 10)
+  await insert(1)
+  await s.until('the change made after', () => s.events.length === 11, 30_000)
+  t.ok(increasing(ids(s.events)))
+})
+
+t.test('a consumer gone while its request waits in a hook, before the handler runs: its stream is counted out at once', async (t) => {
+  // The first token waits for the key set's fetch (plugins/auth/key-set.ts), held here until the consumer is gone.
+  const held: ServerResponse[] = []
+  const jwk = { ...createPublicKey(ecKeyPair().publicKey).export({ format: 'jwk' }), alg: 'ES256', use: 'sig' }
+  const keys = createServer((_request, response) => { held.push(response) }).listen(0, '127.0.0.1')
+  await once(keys, 'listening')
+  t.teardown(() => { keys.closeAllConnections(); keys.close() })
+  const harness = await build(t, { JWT_SECRET: '', JWKS_URL: `http://127.0.0.1:${(keys.address() as AddressInfo).port}/jwks.json` })
+  const req = httpRequest(`${harness.baseUrl}/permission_changes`, {
+    agent: false,
+    headers: { accept: 'text/event-stream', authorization: `Bearer ${token({ scope: 'read:resource' }, { algorithm: 'ES256' })}` }
+  })
+  req.on('error', () => {})
+  req.end()
+  await until('the key set asked for', () => held.length === 1)
+  req.destroy()
+  const connections = () => new Promise<number>((resolve, reject) => { harness.app.server.getConnections((error, count) => { if (error) reject(error); else resolve(count) }) })
+  await until('the server sees the consumer gone', async () => (await connections()) === 0)
+  held[0].setHeader('content-type', 'application/json')
+  held[0].end(JSON.stringify({ keys: [jwk] }))
+  // The handler counts the stream in and starts the LISTEN connection; the consumer's close, which
+  // came before, is never heard again.
+  await until('the handler ran', () => harness.app.feed.listening)
+  t.equal(harness.app.feed.streams, 0, 'counted out')
 })
 
 t.test('HEAD with Accept: text/event-stream answers without starting a stream', async (t) => {
