@@ -174,6 +174,24 @@ t.test('fastify.close() with a stream open: it resolves promptly and the stream 
   await until('the LISTEN connection closed', async () => (await listeners()) === 0, 10_000)
 })
 
+t.test('once the close has ended the streams, the feed admits none: 503 shutting-down (a stream admitted after would hold the close up)', async (t) => {
+  const harness = await build(t)
+  // What the route gives the feed, counted in before the close: its end() tells that preClose ran.
+  let ended!: () => void
+  const endedNow = new Promise<void>((resolve) => { ended = resolve })
+  harness.app.feed.admit({ heartbeat () {}, end: () => { ended() } })
+  const closed = harness.app.close()
+  await endedNow
+  let refusal: unknown
+  try {
+    harness.app.feed.admit({ heartbeat () {}, end () {} })
+  } catch (error) {
+    refusal = error
+  }
+  t.match(refusal, { status: 503, type: '/problems/shutting-down' }, 'refused')
+  await closed
+})
+
 t.test('fastify.close() while a stream\'s first page is read: 503 shutting-down with Retry-After, at once, not an empty 200 or a cut connection', async (t) => {
   const harness = await build(t)
   // The first read waits on this lock. Held briefly: a lock this strong takes a transaction id,
