@@ -185,6 +185,7 @@ export class FeedHub {
     // Its cursor passed by a prune while it waited to catch up, or before the shared reader read a
     // change written with an old time: the page starts after changes it will never be given. (No
     // cursor yet: its first page is the oldest kept, whatever was pruned before.)
+    // Stryker disable next-line ConditionalExpression: equivalent (the survivor, pruned !== undefined made true): with no mark, cursor < undefined is false
     if (pruned !== undefined && cursor !== -1n && cursor < pruned) {
       subscriber.missed(pruned)
       return
