@@ -177,7 +177,7 @@ class EventStream implements FeedSubscriber, OpenStream {
   // A consumer too slow to take what is written is cut off rather than buffered for without bound:
   // what waits for it is at most the bound plus two writes.
   #fallenBehind (): boolean {
-    // Stryker disable next-line ConditionalExpression,BooleanLiteral: practically unobservable: an ended stream stays live only until its response closes (END_GRACE_MS at most), and and differs then only if a live write finds more than the bound and the last write waiting: it is counted as cut and destroyed at once instead of ended within the grace
+    // Stryker disable next-line ConditionalExpression,BooleanLiteral: practically unobservable: an ended stream stays live only until its response closes (END_GRACE_MS at most), and differs then only if a live write finds more than the bound and the last write waiting: it is counted as cut and destroyed at once instead of ended within the grace
     if (this.closed) return true
     // Stryker disable next-line EqualityOperator: a one-byte shift of the bound, which no consumer can tell with socket buffers of unknown size
     if (this.waiting <= this.bufferBytes + this.#lastWrite) return false
