@@ -81,3 +81,17 @@ t.test('the ids Swagger UI pre-fills are in the demo data, and the DELETE exampl
     t.ok(authorization?.permission_ids?.includes(permission.id), `${permission.id} is granted`)
   }
 })
+
+t.test('a cursor page\'s Link example names the id of its body example\'s last change, as the server does', async (t) => {
+  let checked = 0
+  for (const [path, item] of Object.entries(spec.paths as Node)) {
+    const ok = (((item as Node).get as Node | undefined)?.responses as Node | undefined)?.['200'] as Node | undefined
+    const link = ((ok?.headers as Node | undefined)?.Link as Node | undefined)?.example
+    const cursor = typeof link === 'string' ? /[?&](before|after)=([0-9]+)/.exec(link) : null
+    if (!cursor) continue
+    const page = ((ok!.content as Node)['application/json'] as Node).example as Array<{ id: string }>
+    t.equal(cursor[2], page.at(-1)?.id, `GET ${path}: ${cursor[1]} is the last change's id`)
+    checked++
+  }
+  t.equal(checked, 2, 'the history and the feed')
+})

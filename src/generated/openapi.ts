@@ -954,7 +954,7 @@ export interface operations {
                     "Consistency-Token": components["headers"]["Consistency-Token"];
                     /**
                      * @description RFC 8288 link to the next (older) page, present while there is one.
-                     * @example <http://localhost:3000/resources/orders-api/authorized_clients/billing-app/permission_changes?limit=50&before=41>; rel="next"
+                     * @example <http://localhost:3000/resources/orders-api/authorized_clients/billing-app/permission_changes?limit=50&before=42>; rel="next"
                      */
                     Link?: string;
                     [name: string]: unknown;
