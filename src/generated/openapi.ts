@@ -160,7 +160,9 @@ export interface paths {
          *     describes: once a change is recorded it is listed even after the authorization, the client
          *     or the resource is gone, until the prune command deletes it; without any kept, the list's
          *     three 404s answer, in its order. Each change
-         *     is also announced, at commit, on the PostgreSQL channel `permission_changes`.
+         *     is also announced, at commit, on the PostgreSQL channel `permission_changes`. The history
+         *     carries no `ETag`: `If-Match` and `If-None-Match` are ignored, whatever their value (no 304,
+         *     no 412, no 400); a caller walking it while it grows follows its cursor.
          */
         get: operations["listPermissionChanges"];
         put?: never;

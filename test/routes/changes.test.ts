@@ -152,6 +152,22 @@ t.test('the history outlives what it describes; without history, the list\'s 404
   t.equal((await history()).status, 200, 'resource gone')
 })
 
+t.test('If-Match and If-None-Match are ignored, whatever their value: the same page, no ETag (docs/contract.md)', async (t) => {
+  await change('DELETE', ['p_read_orders'])
+  const plain = await history()
+  t.equal(plain.status, 200)
+  t.equal(plain.headers.get('etag'), null)
+  const conditions: Array<Record<string, string>> = [
+    { 'if-match': '"1"' }, { 'if-match': '*' }, { 'if-match': 'junk' }, { 'if-none-match': '*' }, { 'if-none-match': 'W/"1"' }, { 'if-none-match': 'junk' }
+  ]
+  for (const headers of conditions) {
+    const res = await harness.request(historyPath(), { token: readToken(), headers })
+    t.equal(res.status, 200, JSON.stringify(headers))
+    t.same(res.body, plain.body, JSON.stringify(headers))
+    t.equal(res.headers.get('etag'), null, JSON.stringify(headers))
+  }
+})
+
 t.test('needs read:resource', async (t) => {
   t.equal((await harness.request(historyPath())).status, 401)
   t.equal((await harness.request(historyPath(), { token: token({ scope: 'delete:resource' }) })).status, 403)
