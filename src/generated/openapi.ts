@@ -63,6 +63,9 @@ export interface paths {
          *     **Retention.** The prune command deletes old changes; a cursor older than the newest change
          *     it deleted answers 410 `changes-pruned`, instead of continuing past the gap. Without
          *     `after`, the feed starts at the oldest change kept.
+         *
+         *     The feed carries no `ETag`: `If-Match` and `If-None-Match` are ignored, whatever their
+         *     value (no 304, no 412, no 400); a follower keeps its place with `after`.
          */
         get: operations["listAllPermissionChanges"];
         put?: never;

@@ -262,6 +262,23 @@ t.test('HEAD answers as GET does, without a body', async (t) => {
   t.equal((await harness.request(FEED, { method: 'HEAD' })).status, 401)
 })
 
+t.test('If-Match and If-None-Match are ignored, whatever their value: the same page, no ETag (docs/contract.md)', async (t) => {
+  t.equal((await change('DELETE', ['p_read_orders'])).status, 204)
+  await settled(1)
+  const plain = await poll('?limit=5')
+  t.equal(plain.status, 200)
+  t.equal(plain.headers.get('etag'), null)
+  const conditions: Array<Record<string, string>> = [
+    { 'if-match': '"1"' }, { 'if-match': '*' }, { 'if-match': 'junk' }, { 'if-none-match': '*' }, { 'if-none-match': 'W/"1"' }, { 'if-none-match': 'junk' }
+  ]
+  for (const headers of conditions) {
+    const res = await poll('?limit=5', headers)
+    t.equal(res.status, 200, JSON.stringify(headers))
+    t.same(res.body, plain.body, JSON.stringify(headers))
+    t.equal(res.headers.get('etag'), null, JSON.stringify(headers))
+  }
+})
+
 t.test('Vary: Accept on a page, its HEAD and a 410 (a stream answers on the same URL): a cache keeps one apart from the other', async (t) => {
   const [old] = await recordedBySql([{ ago: '40 days', requestId: 'old' }])
   await recordedBySql([{ requestId: 'kept' }])
