@@ -321,7 +321,7 @@ export interface components {
              */
             at: string;
             /**
-             * @description Increasing with time; the cursor for `before`.
+             * @description The cursor for `before`. Within one authorization's history, larger for each change applied after another; across histories, not the order of their commits (the change feed orders those, docs/change-feed.md).
              * @example 42
              */
             id: string;

@@ -431,7 +431,7 @@ export const operations = {
               "id": {
                 "type": "string",
                 "pattern": "^[0-9]{1,18}$",
-                "description": "Increasing with time; the cursor for `before`.",
+                "description": "The cursor for `before`. Within one authorization's history, larger for each change applied after another; across histories, not the order of their commits (the change feed orders those, docs/change-feed.md).",
                 "examples": [
                   "42"
                 ]
