@@ -190,6 +190,18 @@ t.test('JSON in another charset or content-encoded → 415; bytes that are not U
     await harness.seed(ordersFixture())
     t.equal((await send({ 'content-type': contentType })).status, 204, contentType)
   }
+  // RFC 8259 §8.1: a parser may ignore a byte order mark. One leading BOM is read past; a second
+  // is not JSON.
+  const bom = [0xef, 0xbb, 0xbf]
+  const ids = [...new TextEncoder().encode('["p_read_orders"]')]
+  await harness.seed(ordersFixture())
+  t.equal((await send({ 'content-type': 'application/json' }, new Blob([new Uint8Array([...bom, ...ids])]))).status, 204, 'a leading BOM')
+  t.notOk((await grantsOf()).includes('p_read_orders'), 'removed')
+  await harness.seed(ordersFixture())
+  const twice = await send({ 'content-type': 'application/json' }, new Blob([new Uint8Array([...bom, ...bom, ...ids])]))
+  t.equal(twice.status, 400, 'two BOMs')
+  t.match(twice.body, { type: '/problems/malformed-body' })
+  t.ok((await grantsOf()).includes('p_read_orders'), 'nothing removed')
 })
 
 t.test('a Content-Type whose parameters are not name=value → 400 naming the header, nothing removed', async (t) => {
