@@ -1,6 +1,8 @@
 // A DELETE cut off by a database failure halfway through its rows leaves all of them or none.
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
+import type pg from 'pg'
+import { backendPid, lockWaiter } from '../support/database.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build, type Harness } from '../support/harness.js'
 import { deleteToken, token } from '../support/tokens.js'
@@ -22,14 +24,7 @@ t.test('the connection of a DELETE is killed after it removed some rows → 503,
   const pending = harness.request(ordersPath(), {
     method: 'DELETE', token: deleteToken(), json: ['p_read_orders', 'p_create_orders', 'p_update_orders']
   })
-  let pid: number | undefined
-  for (let attempt = 0; attempt < 100 && pid === undefined; attempt++) {
-    const { rows } = await harness.db.query<{ pid: number }>(`
-      SELECT pid FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM grants%'`)
-    pid = rows[0]?.pid
-    if (pid === undefined) await sleep(50)
-  }
+  const pid = await lockWaiter(harness.db, { statement: '%DELETE FROM grants%' })
   t.ok(pid, 'the DELETE is waiting, halfway through its rows')
   await harness.db.query('SELECT pg_terminate_backend($1)', [pid])
   const res = await pending
@@ -101,15 +96,7 @@ t.test('a DELETE that waits for a POST of the same id to commit removes what the
     SELECT FROM authorizations WHERE resource_id = 'orders-api' AND client_id = 'app-a' FOR UPDATE;
     INSERT INTO grants (resource_id, client_id, permission_id) VALUES ('orders-api', 'app-a', 'p_update_refunds')`)
   const pending = harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: ['p_update_refunds'] })
-  let waiting = false
-  for (let attempt = 0; attempt < 100 && !waiting; attempt++) {
-    const { rowCount } = await harness.db.query(`
-      SELECT 1 FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%' AND pid <> $1`, [(post as unknown as { processID: number }).processID])
-    waiting = rowCount! > 0
-    if (!waiting) await sleep(50)
-  }
-  t.ok(waiting, 'the DELETE waits for the POST')
+  t.ok(await lockWaiter(harness.db, { statement: '%pg_advisory_xact_lock%', except: [backendPid(post)] }), 'the DELETE waits for the POST')
   await post.query('COMMIT')
   const res = await pending
   t.equal(res.status, 204)
@@ -139,14 +126,18 @@ async function seedCycle (harness: Harness, n: number): Promise<CycleIds> {
 
 /** Waits until a backend other than those of `not` waits for a lock in the grant statement; its pid. */
 async function grantWaiting (harness: Harness, not: number[] = []): Promise<number | undefined> {
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const { rows } = await harness.db.query<{ pid: number }>(`
-      SELECT pid FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO grants%' AND NOT pid = ANY ($1)`, [not])
-    if (rows.length > 0) return rows[0].pid
-    await sleep(50)
-  }
-  return undefined
+  return await lockWaiter(harness.db, { statement: '%INSERT INTO grants%', except: not })
+}
+
+/**
+ * The guard's transaction asks for c2's authorization's advisory lock, queued behind the attempt
+ * that holds it: once that attempt fails, the guard holds the lock, and the next attempt waits for
+ * it until the guard commits. Answers the guard's statement to come, once the guard is seen queued.
+ */
+async function queueGuard (t: Test, harness: Harness, guard: pg.PoolClient, ids: CycleIds, attempt: string): Promise<{ guarded: Promise<unknown> }> {
+  const guarded = guard.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; SELECT pg_advisory_xact_lock(hashtext('${ids.resource}'), hashtext('${ids.c2}'))`)
+  t.ok(await lockWaiter(harness.db, { pid: backendPid(guard) }), `the guard waits for ${attempt}'s advisory lock`)
+  return { guarded }
 }
 
 /**
@@ -214,14 +205,7 @@ t.test('a POST failed by two deadlocks in a row is run a third time → 204, gra
   t.teardown(() => { admin.release(); guard.release(); nextAdmin.release() })
   await admin.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'first' WHERE id = '${ids.p1}'`)
   const { pending, pid } = await postWaiting(t, harness, ids)
-  const guardPid = (guard as unknown as { processID: number }).processID
-  const guarded = guard.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; SELECT pg_advisory_xact_lock(hashtext('${ids.resource}'), hashtext('${ids.c2}'))`)
-  let queued = false
-  for (let attempt = 0; attempt < 200 && !queued; attempt++) {
-    queued = (await harness.db.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [guardPid])).rowCount! > 0
-    if (!queued) await sleep(20)
-  }
-  t.ok(queued, 'the guard waits for the first attempt\'s advisory lock')
+  const { guarded } = await queueGuard(t, harness, guard, ids, 'the first attempt')
   await admin.query(`UPDATE permissions SET description = 'second' WHERE id = '${ids.p2}'`)
   await admin.query('COMMIT')
   await guarded
@@ -249,7 +233,6 @@ t.test('a POST failed by a deadlock on each of its three attempts → 500 after 
   // One administrator after another, on one connection: each commits before the next begins.
   const [guard, admin] = [await harness.db.connect(), await harness.db.connect()]
   t.teardown(() => { guard.release(); admin.release() })
-  const guardPid = (guard as unknown as { processID: number }).processID
   const waited: number[] = []
   let pending: ReturnType<Harness['request']> | undefined
   for (let n = 0; n < 3; n++) {
@@ -262,16 +245,7 @@ t.test('a POST failed by a deadlock on each of its three attempts → 500 after 
     const pid = await grantWaiting(harness, waited)
     t.ok(pid, `attempt ${n + 1} waits for administrator ${n + 1}`)
     waited.push(pid!)
-    let guarded: Promise<unknown> | undefined
-    if (n < 2) {
-      guarded = guard.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; SELECT pg_advisory_xact_lock(hashtext('${ids.resource}'), hashtext('${ids.c2}'))`)
-      let queued = false
-      for (let attempt = 0; attempt < 200 && !queued; attempt++) {
-        queued = (await harness.db.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [guardPid])).rowCount! > 0
-        if (!queued) await sleep(20)
-      }
-      t.ok(queued, `the guard waits for attempt ${n + 1}'s advisory lock`)
-    }
+    const guarded = n < 2 ? (await queueGuard(t, harness, guard, ids, `attempt ${n + 1}`)).guarded : undefined
     // The administrator's second UPDATE closes the cycle: the attempt is failed, the UPDATE goes on.
     await admin.query(`UPDATE permissions SET description = 'admin ${n + 1}' WHERE id = '${ids.p2}'`)
     await admin.query('COMMIT')
@@ -297,16 +271,7 @@ t.test('an authorization deleted as the change statement locks it → 404 client
   t.teardown(() => { locker.release(); deleter.release() })
   await locker.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE')
   const pending = harness.request(ordersPath('app-c'), { method: 'POST', token: token({ scope: 'create:resource' }), json: ['p_read_orders'] })
-  const waitingOn = async (event: string) => {
-    for (let attempt = 0; attempt < 200; attempt++) {
-      const { rowCount } = await harness.db.query(`
-        SELECT 1 FROM pg_stat_activity
-        WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = $1 AND query LIKE '%INSERT INTO grants%'`, [event])
-      if (rowCount! > 0) return true
-      await sleep(20)
-    }
-    return false
-  }
+  const waitingOn = async (event: string) => await lockWaiter(harness.db, { statement: '%INSERT INTO grants%', event }) !== undefined
   t.ok(await waitingOn('relation'), 'the POST holds its locks (none: app-c is not authorized) and its statement waits for the history\'s table')
   await harness.db.query("INSERT INTO authorizations (resource_id, client_id) VALUES ('orders-api', 'app-c')")
   await deleter.query("BEGIN; DELETE FROM authorizations WHERE resource_id = 'orders-api' AND client_id = 'app-c'")

@@ -1,13 +1,12 @@
 // db/seed.ts: what a seed document loads, that loading it again changes nothing, and the many ways
 // a document is refused (assertSeedData, then the database through seedDatabase), each named and
 // with nothing of it loaded. `npm run db:seed` itself, in a process: test/scripts/db-commands.test.ts.
-import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { migrateDatabase } from '../../db/migrate.js'
 import { assertSeedData, SeedError, type SeedData, seedDatabase } from '../../db/seed.js'
 import { migrationsDir } from '../../src/project-root.js'
-import { createTestDatabase, rowCounts, type RowCounts, serviceTables } from '../support/database.js'
+import { createTestDatabase, lockWaiter, rowCounts, type RowCounts, serviceTables } from '../support/database.js'
 import { seedingFixture } from '../support/fixtures.js'
 const validCounts: RowCounts = { resources: 2, clients: 2, permissions: 3, authorizations: 3, grants: 3 }
 
@@ -259,14 +258,8 @@ t.test('the connection lost mid-seed: the caller sees why (not the ROLLBACK that
   await watcher.connect()
   t.teardown(() => watcher.end())
   const seeding = seedDatabase(pool, seedingFixture()).then(() => undefined, (error: Error) => error)
-  let pid: number | undefined
-  while (pid === undefined) {
-    const { rows } = await watcher.query<{ pid: number }>(`
-      SELECT pid FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO resources%'`)
-    pid = rows[0]?.pid
-    if (pid === undefined) await sleep(50)
-  }
+  const pid = await lockWaiter(watcher, { statement: '%INSERT INTO resources%' })
+  t.ok(pid, 'the seed waits for the lock')
   await watcher.query('SELECT pg_terminate_backend($1)', [pid])
   const error = await seeding
   t.equal((error as { code?: string } | undefined)?.code, '57P01', `the server's own reason: ${String(error)}`)

@@ -17,7 +17,7 @@ import feed from '../../plugins/feed.js'
 import { pruneChanges } from '../../db/queries/history.js'
 import type { FeedSubscriber } from '../../src/feed-hub.js'
 import { checkContract } from '../support/contract.js'
-import { newDatabase } from '../support/database.js'
+import { lockWaiter, newDatabase } from '../support/database.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { holdingProxy } from '../support/holding-proxy.js'
@@ -116,8 +116,7 @@ t.test('a heartbeat due while the stream\'s first page is read waits: the retry 
   try {
     await locker.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE')
     opening = stream(t, harness)
-    await until('the first read waiting on the lock', async () => (await harness.db.query<{ n: number }>(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rows[0].n > 0)
+    t.ok(await lockWaiter(harness.db), 'the first read waits on the lock')
     await sleep(400)
   } finally {
     await locker.query('ROLLBACK')
@@ -201,8 +200,7 @@ t.test('fastify.close() while a stream\'s first page is read: 503 shutting-down 
   try {
     await locker.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE')
     const opening = stream(t, harness)
-    await until('the first read waiting on the lock', async () => (await harness.db.query<{ n: number }>(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rows[0].n > 0)
+    t.ok(await lockWaiter(harness.db), 'the first read waits on the lock')
     closed = harness.app.close()
     // Answered while the read still waits: the close is not held up by it, nor the consumer.
     const s = await opening
@@ -230,8 +228,7 @@ t.test('a consumer gone while its stream\'s first page is read never joins the l
     const req = httpRequest(`${harness.baseUrl}/permission_changes`, { agent: false, headers: { accept: 'text/event-stream', authorization: `Bearer ${readToken()}` } })
     req.on('error', () => {})
     req.end()
-    await until('the first read waiting on the lock', async () => (await harness.db.query<{ n: number }>(
-      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()")).rows[0].n > 0)
+    t.ok(await lockWaiter(harness.db), 'the first read waits on the lock')
     req.destroy()
     await until('the server sees the consumer gone', async () => (await connections()) === 0)
     t.equal(harness.app.feed.streams, 0, 'counted out')

@@ -1,6 +1,7 @@
 // POST: the inverse of DELETE, with the same body rules and the same 404 order.
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
+import { backendPid, lockWaiter } from '../support/database.js'
 import { historyPath, ordersFixture, ordersPath, tooLargeToGrant } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
@@ -155,15 +156,7 @@ t.test('a grant whose database connection is lost as it waits → 503 database-u
   t.teardown(() => locker.release())
   await locker.query("BEGIN; SELECT pg_advisory_xact_lock(hashtext('orders-api'), hashtext('app-a'))")
   const pending = grant(['p_update_refunds'])
-  let pid: number | undefined
-  for (let attempt = 0; attempt < 100 && pid === undefined; attempt++) {
-    const { rows } = await harness.db.query<{ pid: number }>(`
-      SELECT pid FROM pg_stat_activity
-      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%' AND pid <> $1`,
-    [(locker as unknown as { processID: number }).processID])
-    pid = rows[0]?.pid
-    if (pid === undefined) await new Promise((resolve) => setTimeout(resolve, 50))
-  }
+  const pid = await lockWaiter(harness.db, { statement: '%pg_advisory_xact_lock%', except: [backendPid(locker)] })
   t.ok(pid, 'the POST waits for the lock')
   await harness.db.query('SELECT pg_terminate_backend($1)', [pid])
   const res = await pending

@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { rmSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { join } from 'node:path'
 import pg from 'pg'
 import type { Test } from 'tap'
@@ -139,3 +140,26 @@ export async function ownPostgres (t: Test): Promise<OwnPostgres> {
     start: async () => { server = await startEmbeddedPostgres(options) }
   }
 }
+
+/** Which backend `lockWaiter` looks for: its statement (a LIKE pattern), its pid, the pids it is not, the lock it waits for. */
+export interface LockWaiterFilter { statement?: string, pid?: number, except?: number[], event?: string }
+
+/**
+ * The pid of a backend of the database `db` is on that waits for a lock, as `filter` says, polled
+ * until one does (a test's request or session has reached its lock), or undefined after `timeoutMs`.
+ */
+export async function lockWaiter (db: Pick<pg.Pool, 'query'>, filter: LockWaiterFilter = {}, timeoutMs = 10_000): Promise<number | undefined> {
+  const { statement = '%', pid = null, except = [], event = null } = filter
+  for (const started = Date.now(); Date.now() - started < timeoutMs; await sleep(20)) {
+    const { rows } = await db.query<{ pid: number }>(`
+      SELECT pid FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1
+        AND ($2::int IS NULL OR pid = $2) AND NOT pid = ANY ($3::int[]) AND ($4::text IS NULL OR wait_event = $4)`,
+    [statement, pid, except, event])
+    if (rows.length > 0) return rows[0].pid
+  }
+  return undefined
+}
+
+/** A pooled or single connection's backend pid (pg's Client keeps it, untyped). */
+export const backendPid = (client: pg.ClientBase): number => (client as unknown as { processID: number }).processID

@@ -18,7 +18,7 @@ import { seedDatabase } from '../../db/seed.js'
 import { migrationsDir, projectRoot } from '../../src/project-root.js'
 import { endsWithTest } from '../support/at-exit.js'
 import { historyPath, ordersFixture, ordersPath, tooLargeToGrant } from '../support/fixtures.js'
-import { createTestDatabase } from '../support/database.js'
+import { backendPid, createTestDatabase, lockWaiter } from '../support/database.js'
 import { loaderArgs, runnableOf } from '../support/node-args.js'
 import { productionServerEnv, serverProcess } from '../support/server-process.js'
 import { callerTraceparent, otlpReceiver, type ReceivedSpan } from '../support/otlp-receiver.js'
@@ -200,26 +200,12 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
       headers: { authorization: `Bearer ${creator}`, traceparent: caller.traceparent, 'content-type': 'application/json' },
       body: JSON.stringify(['cycle-p1'])
     })
-    let waiting = false
-    for (let attempt = 0; attempt < 200 && !waiting; attempt++) {
-      const { rowCount } = await db.query(`
-        SELECT 1 FROM pg_stat_activity
-        WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO grants%'`)
-      waiting = rowCount! > 0
-      if (!waiting) await sleep(50)
-    }
-    t.ok(waiting, 'the POST waits for the administrator')
+    t.ok(await lockWaiter(db, { statement: '%INSERT INTO grants%' }), 'the POST waits for the administrator')
     const guard = new pg.Client({ connectionString: databaseUrl })
     await guard.connect()
     t.teardown(() => guard.end())
     const guarded = guard.query("BEGIN; SET LOCAL deadlock_timeout = '10s'; SELECT pg_advisory_xact_lock(hashtext('cycle-api'), hashtext('cycle-c2'))")
-    let queued = false
-    for (let attempt = 0; attempt < 200 && !queued; attempt++) {
-      const { rowCount } = await db.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [(guard as unknown as { processID: number }).processID])
-      queued = rowCount! > 0
-      if (!queued) await sleep(20)
-    }
-    t.ok(queued, 'the guard waits for the first attempt\'s advisory lock')
+    t.ok(await lockWaiter(db, { pid: backendPid(guard) }), 'the guard waits for the first attempt\'s advisory lock')
     await admin.query("UPDATE permissions SET description = 'second' WHERE id = 'cycle-p2'")
     await admin.query('COMMIT')
     await guarded
