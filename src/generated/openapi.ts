@@ -717,7 +717,8 @@ export interface components {
         ETag: string;
         /**
          * @description RFC 8288 links to the `first`, `prev`, `next` and `last` pages, as absolute URLs that keep
-         *     `limit` and `sort_by`.
+         *     `limit` and `sort_by`. The commas of a `sort_by` are percent-encoded (`%2C`, the same order
+         *     once decoded), so no comma stands inside a link's `<...>`.
          * @example <http://localhost:3000/resources/api/authorized_clients/app/permissions?limit=50&offset=0&sort_by=name.asc>; rel="first"
          */
         Link: string;

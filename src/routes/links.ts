@@ -65,8 +65,11 @@ export function collectionUrl (request: FastifyRequest, resourceId: string, clie
  */
 export function pageLinks (url: string, { limit, page, sortBy, total }: PageRequest): string {
   const last = Math.max(0, Math.ceil(total / limit) - 1)
-  // sort_by passed validation, so it holds only letters, dots and commas: safe in a URL as is.
-  const link = (target: number, rel: string) => `<${url}?limit=${limit}&offset=${target}&sort_by=${sortBy}>; rel="${rel}"`
+  // sort_by passed validation, so it holds only letters, dots and commas. Its commas are
+  // percent-encoded (%2C, which the service decodes back to the same order): a comma inside <...>
+  // breaks the header for a reader that splits on commas, as a Host's would (linkableHost).
+  const order = sortBy.replaceAll(',', '%2C')
+  const link = (target: number, rel: string) => `<${url}?limit=${limit}&offset=${target}&sort_by=${order}>; rel="${rel}"`
   const links = [link(0, 'first')]
   if (page > 0) links.push(link(Math.min(page - 1, last), 'prev'))
   if (page < last) links.push(link(page + 1, 'next'))
