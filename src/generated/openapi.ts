@@ -718,7 +718,10 @@ export interface components {
         /**
          * @description RFC 8288 links to the `first`, `prev`, `next` and `last` pages, as absolute URLs that keep
          *     `limit` and `sort_by`. The commas of a `sort_by` are percent-encoded (`%2C`, the same order
-         *     once decoded), so no comma stands inside a link's `<...>`.
+         *     once decoded), so no comma stands inside a link's `<...>`. When the request names no plain
+         *     `host[:port]` (no `Host`, as HTTP/1.0 may send it, or one with a comma, userinfo,
+         *     percent-encoding or a port past 65535), the links are path-only references
+         *     (`</resources/...?limit=50&offset=0&sort_by=name.asc>`), resolved against the request's URL.
          * @example <http://localhost:3000/resources/api/authorized_clients/app/permissions?limit=50&offset=0&sort_by=name.asc>; rel="first"
          */
         Link: string;
