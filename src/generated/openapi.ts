@@ -606,9 +606,17 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The body is not `application/json`. */
+        /**
+         * @description The body is not `application/json` in UTF-8 (another media type, or another `charset`), or
+         *     it is content-encoded (`Content-Encoding` other than `identity`).
+         */
         UnsupportedMediaType: {
             headers: {
+                /**
+                 * @description `identity` when the body was refused for its content coding (RFC 9110 §15.5.16): the
+                 *     service takes no content coding of a request body. Absent on the other 415s.
+                 */
+                "Accept-Encoding"?: "identity";
                 [name: string]: unknown;
             };
             content: {

@@ -1,6 +1,7 @@
 import t from 'tap'
 import { ordersFixture, ordersPath, pathIdBounds } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
+import { schemaErrors } from '../support/contract.js'
 import { deleteToken, readToken, token } from '../support/tokens.js'
 
 const harness = await build(t)
@@ -179,6 +180,10 @@ t.test('JSON in another charset or content-encoded → 415; bytes that are not U
   t.equal(gzip.status, 415, 'gzip')
   t.equal((gzip.body as { detail: string }).detail, 'The body must not be content-encoded.')
   t.equal(gzip.headers.get('accept-encoding'), 'identity', 'the codings it takes: none (RFC 9110 §15.5.16)')
+  // A header the answer carries is one the spec declares for it, so a client can learn of it (the
+  // harness's contract check reads only the headers the spec names somewhere).
+  const declared = '/paths/~1resources~1{resource_id}~1authorized_clients~1{client_id}~1permissions/delete/responses/415/headers/Accept-Encoding/schema'
+  t.equal(schemaErrors(declared, gzip.headers.get('accept-encoding')), undefined, 'the spec declares Accept-Encoding on the 415')
   const invalid = await send({ 'content-type': 'application/json' }, new Blob([new Uint8Array([0x5b, 0x22, 0xff, 0xfe, 0x22, 0x5d])]))
   t.equal(invalid.status, 400)
   t.match(invalid.body, { type: '/problems/malformed-body', detail: 'The body is not valid UTF-8.' })
