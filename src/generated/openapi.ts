@@ -436,7 +436,7 @@ export interface components {
         };
     };
     responses: {
-        /** @description The `If-Match` header or the body broke the contract, or the body is not JSON. */
+        /** @description A path or query parameter, a header (such as `If-Match` or `Consistency-Token`) or the body broke the contract (`invalid-request`, whose `errors[]` names each cause), or the body is not JSON (`malformed-body`). */
         BadChangeRequest: {
             headers: {
                 [name: string]: unknown;
