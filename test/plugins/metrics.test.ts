@@ -8,6 +8,7 @@ import { loadConfig } from '../../src/config.js'
 import { createTestDatabase } from '../support/database.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
+import { openStream } from '../support/sse.js'
 import { readToken, TEST_SECRET, token } from '../support/tokens.js'
 
 t.test('GET /metrics: Prometheus text with route histograms, pool gauges and database errors', async (t) => {
@@ -88,6 +89,24 @@ t.test('an idle pooled connection the server drops: logged as a warning, counted
   t.match(text, /db_errors_total\{kind="idle_connection"\} [1-9]/)
   t.match(text, /db_errors_total\{kind="unavailable"\} 0/, 'not an outage')
   t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
+})
+
+// A stream's "duration" is how long its consumer stayed (an hour, with hourly tokens): in the
+// histogram it would land in +Inf beside the polled pages of the same route, and every latency
+// quantile or SLO over it would read the top bucket. Streams have their own metrics (feed_streams).
+t.test('a change feed stream is not measured as a request: its lifetime is not in http_request_duration_seconds; a polled page is', async (t) => {
+  const harness = await build(t, { FEED_HEARTBEAT_MS: '100' })
+  t.equal((await harness.request('/permission_changes', { token: readToken() })).status, 200, 'a polled page')
+  // Past its exp, inside the 30 s clock tolerance: accepted for a moment, then the stream ends
+  // cleanly at a heartbeat, as every stream outliving its token does.
+  const expiring = token({ scope: 'read:resource', exp: Math.floor(Date.now() / 1000) - 28 }, { expiresIn: null })
+  const feed = await openStream(`${harness.baseUrl}/permission_changes`, { headers: { authorization: `Bearer ${expiring}` } })
+  t.teardown(() => feed.close())
+  t.equal(feed.status, 200, 'a stream')
+  t.equal(await feed.finished, 'end', 'ended by the service, answered whole')
+  const text = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+  t.match(text, /^http_request_duration_seconds_count\{method="GET",route="\/permission_changes",status_code="200"\} 1$/m, 'the polled page only')
+  t.match(text, /^http_request_duration_seconds_bucket\{le="\+Inf",method="GET",route="\/permission_changes",status_code="200"\} 1$/m)
 })
 
 t.test('METRICS_ENABLED=false → no /metrics', async (t) => {
