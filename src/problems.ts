@@ -228,10 +228,10 @@ export const problems = {
     detail: `A grant of these permissions to the client "${clientId}" on the resource "${resourceId}" is too long together to be stored; nothing was granted.`
   }),
   preconditionFailed: () => ofType('precondition-failed', {
-    detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'
+    detail: 'If-Match names no current ETag of the client\'s grants on the resource: they changed since, or the tag is weak (W/), which If-Match never matches; nothing was changed. GET them again for the current ETag.'
   }),
   pageVersionChanged: () => ofType('precondition-failed', {
-    detail: 'The client\'s grants on the resource changed since the ETag given in If-Match: this page would show another version of them. Read the list again from its first page.'
+    detail: 'If-Match names no current ETag of the client\'s grants on the resource: they changed since, or the tag is weak (W/), which If-Match never matches, and this page would show another version of them. Read the list again from its first page.'
   }),
   hostRequired: () => new Problem({ status: 400, detail: 'An HTTP/1.1 request needs exactly one Host header (RFC 9112 §3.2).' }),
   /** A URL, path or query string, whose percent-encoding is not of UTF-8 text (RFC 3986 §2.1, §2.5). */

@@ -199,7 +199,9 @@ t.test('If-Match: a stale tag, a weak one, or one that names no version of ours 
     for (const header of headers) {
       const res = await change(method, ['p_create_orders', 'p_update_refunds'], { 'if-match': header })
       t.equal(res.status, 412, `${method} If-Match: ${header}`)
-      t.match(res.body, { type: '/problems/precondition-failed', status: 412 })
+      // A weak tag naming the current version (a proxy that compressed the list may have weakened
+      // it) is not "changed since": the detail says why such a tag never matches.
+      t.match(res.body, { type: '/problems/precondition-failed', status: 412, detail: /or the tag is weak \(W\/\), which If-Match never matches/ })
     }
   }
   t.same(await databaseState(), before, 'nothing changed, no history written')
@@ -325,7 +327,7 @@ t.test('If-None-Match on a change (RFC 9110 §13.1.2): the current tag (weak or 
   assertHeaderRefused(t, await change('DELETE', ['p_read_orders'], { 'if-none-match': 'garbage' }, ordersPath('app-c')), 'if-none-match', malformed, 'malformed: 400 before the 404')
   t.equal((await change('DELETE', ['p_read_orders'], { 'if-none-match': '*' }, ordersPath('app-c'))).status, 404, '* for a client not authorized: the 404 first')
   const both = await change('DELETE', ['p_create_orders'], { 'if-match': stale, 'if-none-match': current })
-  t.match(both.body, { detail: /changed since the ETag given in If-Match/ }, 'both failing: If-Match is evaluated first')
+  t.match(both.body, { detail: /^If-Match names no current ETag/ }, 'both failing: If-Match is evaluated first')
   t.equal((await change('POST', ['nope'], { 'if-none-match': current })).status, 412, '412 before 422')
   const other = await change('DELETE', ['p_create_orders'], { 'if-none-match': `${stale}, "abc", W/"0${current.slice(1)}` })
   t.equal(other.status, 204, 'tags that name another version, or none of ours: the change is made')

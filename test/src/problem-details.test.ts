@@ -63,7 +63,7 @@ t.test('each problem of the spec, word for word, with its headers', async (t) =>
       type: '/problems/precondition-failed',
       title: 'Precondition failed',
       status: 412,
-      detail: 'The client\'s grants on the resource changed since the ETag given in If-Match; nothing was changed. GET them again for the current ETag.'
+      detail: 'If-Match names no current ETag of the client\'s grants on the resource: they changed since, or the tag is weak (W/), which If-Match never matches; nothing was changed. GET them again for the current ETag.'
     }, {}],
     [problems.unknownPermissions('orders-api', ['nope']), {
       type: '/problems/unknown-permissions',
