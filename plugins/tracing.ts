@@ -5,9 +5,10 @@
 // that line is written here instead, once the span is open (serverOptions gives Fastify
 // IncomingLineAfterSpan).
 import { context, SpanStatusCode, trace } from '@opentelemetry/api'
-import { type FastifyInstance, type FastifyReply, type FastifyRequest, LogController, type RouteHandlerMethod } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Logger } from 'pino'
+import { hasRequestLines, RequestLines } from '../src/request-lines.js'
 import { requestContext, requestSpan, type Tracing } from '../src/tracing.js'
 
 /**
@@ -15,7 +16,7 @@ import { requestContext, requestSpan, type Tracing } from '../src/tracing.js'
  * request Fastify answers without running hooks (a URL it cannot decode) is not traced and gets no
  * such line: its one line, src/error-handler.ts frameworkErrors, names the request itself.
  */
-export class IncomingLineAfterSpan extends LogController {
+export class IncomingLineAfterSpan extends RequestLines {
   override incomingRequest (): void {}
 }
 
@@ -104,6 +105,6 @@ export default fp<TracingOptions>(async function tracing (fastify, { tracing }) 
       const log = request.log as typeof request.log & Pick<Logger, 'setBindings'>
       log.setBindings({ trace_id: traceId, span_id: spanId })
     }
-    request.log.info({ req: request }, 'incoming request')
+    if (hasRequestLines(request)) request.log.info({ req: request }, 'incoming request')
   })
 }, { name: 'tracing' })

@@ -22,6 +22,7 @@ import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler } from './error-handler.js'
 import { problems } from './problems.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
+import { RequestLines } from './request-lines.js'
 import { setSecurityHeaders } from './security-headers.js'
 import changeFeed from './routes/feed/index.js'
 import healthRoutes from './routes/health.js'
@@ -56,7 +57,7 @@ export function serverOptions (config: Config, { stdoutIsTerminal = false, trace
       serializers: { req: serializeRequest, res: serializeReply },
       ...(stdoutIsTerminal && !isProduction(config) ? { transport: prettyLogs } : {})
     },
-    ...(traced ? { logController: new IncomingLineAfterSpan() } : {}),
+    logController: traced ? new IncomingLineAfterSpan() : new RequestLines(),
     requestIdHeader: false,
     genReqId: requestIdOf,
     // DELETE bodies above this are refused with 413.

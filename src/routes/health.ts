@@ -1,7 +1,8 @@
 // Probes for the orchestrator: liveness never touches the database; readiness asks it on a
 // connection of its own (never behind API traffic, so a saturated replica stays ready), and fails
 // until the event loop has been found calm once since start, when the database cannot be reached,
-// and from the moment the service starts shutting down.
+// and from the moment the service starts shutting down. Neither writes Fastify's request lines
+// (src/request-lines.ts): asked every half second, they would say nothing; a failure says why.
 import type { FastifyInstance, FastifyReply } from 'fastify'
 import { databaseErrorSummary } from '../../db/errors.js'
 import { operations } from '../generated/operations.js'
@@ -18,12 +19,12 @@ const uncached = (reply: FastifyReply) => {
 const ok = { status: 'ok' as const }
 
 export default async function healthRoutes (fastify: FastifyInstance) {
-  fastify.get(getLiveness.url, { schema: getLiveness.schema, config: { ...getLiveness.config, pressureExempt: true } }, async (_request, reply) => {
+  fastify.get(getLiveness.url, { schema: getLiveness.schema, config: { ...getLiveness.config, pressureExempt: true, requestLines: false } }, async (_request, reply) => {
     uncached(reply)
     return ok
   })
 
-  fastify.get(getReadiness.url, { schema: getReadiness.schema, config: { ...getReadiness.config, pressureExempt: true } }, async (request, reply) => {
+  fastify.get(getReadiness.url, { schema: getReadiness.schema, config: { ...getReadiness.config, pressureExempt: true, requestLines: false } }, async (request, reply) => {
     uncached(reply)
     if (fastify.draining) throw problems.shuttingDown()
     if (!fastify.calmSinceStart()) throw problems.starting()

@@ -54,6 +54,19 @@ t.test('log lines are JSON with the request id, route, status and latency; token
   t.notOk(everything.includes('s3cr3t'), 'cookies are in no log line')
 })
 
+t.test('the probes write no request lines; every other route does, HEAD and the probe paths\' 405 included', async (t) => {
+  for (const [method, path, id] of [['GET', '/healthz', 'probe-live'], ['GET', '/readyz', 'probe-ready'], ['HEAD', '/readyz', 'probe-head']]) {
+    t.equal((await harness.request(path, { method, headers: { 'x-request-id': id } })).status, 200, `${method} ${path}`)
+  }
+  t.equal((await harness.request('/readyz', { method: 'POST', headers: { 'x-request-id': 'probe-post' } })).status, 405)
+  t.equal((await harness.request(ordersPath(), { method: 'HEAD', token: readToken(), headers: { 'x-request-id': 'list-head' } })).status, 200)
+  // Lines are written in order: once the last request's completion line is there, a probe's would be too.
+  await waitFor((line) => line.reqId === 'list-head' && line.res !== undefined, 'the last request completed')
+  t.same(logs.filter((line) => String(line.reqId).startsWith('probe-') && line.reqId !== 'probe-post'), [], 'no line for a probe answered')
+  t.ok(logs.some((line) => line.reqId === 'probe-post' && line.res !== undefined), 'a refused method on a probe path is logged')
+  t.ok(logs.some((line) => line.reqId === 'list-head' && line.req !== undefined), 'an operation\'s HEAD is logged')
+})
+
 t.test('a removal leaves an audit line: who lost what on which resource, and how many grants', async (t) => {
   const res = await harness.request(ordersPath(), {
     method: 'DELETE', token: deleteToken(), json: ['p_read_orders', 'p_read_orders'], headers: { 'x-request-id': 'audit-me' }

@@ -56,8 +56,8 @@ t.test('GET /metrics: Prometheus text with route histograms, pool gauges and dat
   t.notMatch(text, /http_request_summary_seconds_count\{/, 'histograms only: summaries cannot be added up across replicas')
   t.equal(harness.app.metricsAddress, undefined, 'no listener of its own without METRICS_PORT')
   // Scrapes log at warn only: a request logged after them shows theirs would have arrived by now.
-  await harness.request('/healthz')
-  await waitFor((line) => (line.req as { url?: string } | undefined)?.url === '/healthz', 'the /healthz request')
+  await harness.request(`${ordersPath()}?after-scrapes`)
+  await waitFor((line) => (line.req as { url?: string } | undefined)?.url === `${ordersPath()}?after-scrapes`, 'the request after the scrapes')
   t.notOk(lines.some((line) => JSON.stringify(line).includes('/metrics')), 'a scrape leaves no line at info')
 })
 
