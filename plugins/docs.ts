@@ -56,7 +56,9 @@ async function publicDocs (fastify: FastifyInstance) {
     uiHooks: {
       onRequest: async (request, reply) => {
         const query = request.url.indexOf('?')
-        if (query !== -1 && (request.routeOptions.url === '/docs' || request.routeOptions.url === '/docs/')) {
+        if (query !== -1 && (request.routeOptions.url === '/docs' ||
+          // Stryker disable next-line ConditionalExpression,EqualityOperator,StringLiteral: equivalent under Fastify 5, which gives both routes of the prefix's '/' (/docs and /docs/) the url '/docs' (one options object for the two): kept for a version that tells them apart, which test/plugins/docs.test.ts's /docs/?url= would show
+          request.routeOptions.url === '/docs/')) {
           // The path alone, as the client spelled it (with or without its slash), never a host: a
           // request line in absolute form (http://host/docs?x, as to a proxy) names one.
           return reply.redirect(request.url.slice(0, query).endsWith('/') ? '/docs/' : '/docs', 302)
