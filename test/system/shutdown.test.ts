@@ -6,6 +6,8 @@ import { request } from 'node:http'
 import { connect, createServer, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { postmasterPid, running } from '../../db/cluster-folders.js'
@@ -28,6 +30,53 @@ t.test('draining: /readyz → 503 shutting-down while liveness and the API still
   t.match(ready.body, { type: '/problems/shutting-down' })
   t.equal((await harness.request('/healthz')).status, 200)
   t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 200)
+})
+
+// In this process, where the mutation runs reach plugins/lifecycle.ts (the tests further down run
+// the server as a process of its own).
+t.test('app.close() with a connection open that has sent nothing: it is ended before anything is answered on it', async (t) => {
+  const harness = await build(t)
+  const port = Number(new URL(harness.baseUrl).port)
+  const accepted = once(harness.app.server, 'connection')
+  const spare = connect(port, '127.0.0.1')
+  spare.on('error', () => {})
+  t.teardown(() => { spare.destroy() })
+  let answered = ''
+  spare.setEncoding('utf8').on('data', (chunk) => { answered += chunk })
+  const spareClosed = once(spare, 'close')
+  await Promise.all([once(spare, 'connect'), accepted])
+  const closing = harness.app.close()
+  // Draining is set in the same step that ends the unused connections (its preClose hook).
+  await until('the close has begun', () => harness.app.draining)
+  // Left open, this request would be answered (503, Connection: close) and the close would wait
+  // for it: an idle client's connection would hold the close until SHUTDOWN_TIMEOUT_MS.
+  spare.write('GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n')
+  await spareClosed
+  t.equal(answered, '', 'closed by the service, nothing answered on it')
+  await closing
+})
+
+t.test('a connection that has closed is not kept for the close: a server up for months does not hold every connection it served', async (t) => {
+  // A full collection on demand (node:vm gives the function once V8's flag is set).
+  setFlagsFromString('--expose-gc')
+  const gc = runInNewContext('gc') as () => void
+  const harness = await build(t)
+  const port = Number(new URL(harness.baseUrl).port)
+  let served: WeakRef<Socket> | undefined
+  harness.app.server.once('connection', (socket: Socket) => { served = new WeakRef(socket) })
+  const client = connect(port, '127.0.0.1')
+  await once(client, 'connect')
+  await until('the connection accepted', () => served !== undefined)
+  const serverSide = once(served!.deref()!, 'close')
+  client.end()
+  await serverSide
+  // A WeakRef's target is kept until the end of the job that read it: collected a tick later.
+  await until('the closed connection collected', async () => {
+    await new Promise((resolve) => setImmediate(resolve))
+    gc()
+    return served!.deref() === undefined
+  }, 5_000)
+  t.pass('collected')
 })
 
 /** One GET on a new connection: its status, or the network error's code. */
