@@ -1,4 +1,6 @@
+import { once } from 'node:events'
 import { readdir } from 'node:fs/promises'
+import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t from 'tap'
@@ -28,6 +30,25 @@ t.test('no or an insane X-Request-Id → a new UUID, echoed', async (t) => {
   }
   const problem = await harness.request(ordersPath())
   t.equal((problem.body as { request_id: string }).request_id, problem.headers.get('x-request-id'))
+})
+
+t.test('a body malformed on the wire, answered on the socket before Fastify could: the request\'s id on that 400 too', async (t) => {
+  const socket = connect(Number(new URL(harness.baseUrl).port), '127.0.0.1')
+  socket.on('error', () => {})
+  t.teardown(() => { socket.destroy() })
+  await once(socket, 'connect')
+  let received = ''
+  socket.setEncoding('utf8').on('data', (chunk) => { received += chunk })
+  const closed = once(socket, 'close')
+  socket.write(`DELETE ${ordersPath()} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${deleteToken()}\r\n` +
+    'X-Request-Id: bad-chunk-1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n["p_\r\n')
+  // Its headers have been read: the request has its id.
+  await waitFor((line) => line.reqId === 'bad-chunk-1', 'the DELETE request')
+  socket.write('zz\r\n')
+  await closed
+  t.match(received, /^HTTP\/1\.1 400 /)
+  t.match(received, /\r\nX-Request-Id: bad-chunk-1\r\n/i, 'echoed as on every answer')
+  t.match(JSON.parse(received.slice(received.indexOf('\r\n\r\n') + 4)), { status: 400, request_id: 'bad-chunk-1' })
 })
 
 t.test('log lines are JSON with the request id, route, status and latency; tokens never appear', async (t) => {
