@@ -11,6 +11,18 @@ import { captureLogs } from '../support/logs.js'
 import { openStream } from '../support/sse.js'
 import { readToken, TEST_SECRET, token } from '../support/tokens.js'
 
+/** Our metrics' HELP, as a scrape shows it (the replicas' are in test/system/replicas.test.ts). */
+const OUR_HELP: Record<string, string> = {
+  db_pool_connections: 'Connections of the pg pool, by state',
+  db_errors_total: 'Database errors: unavailable (cannot connect or connection lost), query, idle_connection',
+  requests_shed_total: 'Requests answered 503 overloaded, by reason: event_loop (lag), connection_wait (no pooled connection free in time), ' +
+    'statement_timeout (the database cancelled a statement), feed_streams (FEED_MAX_STREAMS change feed streams open already)',
+  feed_streams: 'Change feed streams (GET /permission_changes, text/event-stream) open on this instance',
+  feed_listening: 'Whether the change feed\'s LISTEN connection (opened with the first stream) is listening: 1, else 0 (with feed_streams above 0, streams get changes by the 1 s poll only)',
+  list_page_cache_reads_total: 'Pages of the list sent (a HEAD counts as its GET; a 304 or 412 sends none and is not counted), by outcome: hit (kept, the database sent only its version), miss (built by the database)',
+  list_page_cache_bytes: 'Bytes of list pages kept (LIST_PAGE_CACHE_BYTES at most)'
+}
+
 t.test('GET /metrics: Prometheus text with route histograms, pool gauges and database errors', async (t) => {
   const { stream, lines, waitFor } = captureLogs()
   const harness = await build(t, { LOG_LEVEL: 'info' }, { logs: stream })
@@ -18,11 +30,14 @@ t.test('GET /metrics: Prometheus text with route histograms, pool gauges and dat
   // Every series exists from the start, at 0, so a rate over it is defined before the first event.
   const fresh = await (await fetch(`${harness.baseUrl}/metrics`)).text()
   for (const kind of ['unavailable', 'query', 'idle_connection']) t.match(fresh, new RegExp(`db_errors_total\\{kind="${kind}"\\} 0`), kind)
-  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(fresh, new RegExp(`requests_shed_total\\{reason="${reason}"\\} 0`), reason)
-  // Each of our metrics says in its HELP what every value of its label counts.
-  const help = (name: string) => new RegExp(`^# HELP ${name} (.*)$`, 'm').exec(fresh)?.[1] ?? ''
-  for (const kind of ['unavailable', 'query', 'idle_connection']) t.match(help('db_errors_total'), kind)
-  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout']) t.match(help('requests_shed_total'), reason)
+  for (const reason of ['event_loop', 'connection_wait', 'statement_timeout', 'feed_streams']) t.match(fresh, new RegExp(`requests_shed_total\\{reason="${reason}"\\} 0`), reason)
+  // Each of our metrics says in its HELP what it counts, every value of its label included: the
+  // lines as /metrics shows them, whole.
+  const help = (name: string) => new RegExp(`^# HELP ${name} (.*)$`, 'm').exec(fresh)?.[1]
+  const cutHelp = 'Change feed streams cut since the start because their consumer read too slowly (FEED_STREAM_BUFFER_BYTES) or stopped reading (FEED_STALL_TIMEOUT_MS)'
+  t.same(Object.fromEntries(Object.keys(OUR_HELP).map((name) => [name, help(name)])), OUR_HELP)
+  t.equal(help('feed_streams_cut_total'), cutHelp)
+  t.equal(help('feed_streams_cut'), `${cutHelp} (deprecated: feed_streams_cut_total)`)
 
   await harness.db.query('ALTER TABLE grants RENAME TO grants_moved')
   t.equal((await harness.request(ordersPath(), { token: readToken() })).status, 500)
@@ -107,6 +122,28 @@ t.test('a change feed stream is not measured as a request: its lifetime is not i
   const text = await (await fetch(`${harness.baseUrl}/metrics`)).text()
   t.match(text, /^http_request_duration_seconds_count\{method="GET",route="\/permission_changes",status_code="200"\} 1$/m, 'the polled page only')
   t.match(text, /^http_request_duration_seconds_bucket\{le="\+Inf",method="GET",route="\/permission_changes",status_code="200"\} 1$/m)
+})
+
+t.test('feed_streams_cut_total and feed_streams_cut: the feed\'s count of streams cut, the same on every scrape', async (t) => {
+  const harness = await build(t)
+  // What the stream does when it cuts a consumer (test/routes/feed-stream-pace.test.ts cuts real ones).
+  harness.app.feed.tooSlow()
+  harness.app.feed.tooSlow()
+  for (const scrape of ['first', 'second']) {
+    const text = await (await fetch(`${harness.baseUrl}/metrics`)).text()
+    t.match(text, /^feed_streams_cut_total 2$/m, `${scrape} scrape: the counter`)
+    t.match(text, /^feed_streams_cut 2$/m, `${scrape} scrape: the gauge under its first name`)
+  }
+})
+
+t.test('LIST_PAGE_CACHE_BYTES=0: no page cache, no page cache metrics, and the scrape still answers', async (t) => {
+  const harness = await build(t, { LIST_PAGE_CACHE_BYTES: '0' })
+  t.equal(harness.app.listPages, undefined)
+  const res = await fetch(`${harness.baseUrl}/metrics`)
+  const text = await res.text()
+  t.equal(res.status, 200)
+  t.notMatch(text, /list_page_cache/)
+  t.match(text, /^feed_streams 0$/m, 'the other metrics are there')
 })
 
 t.test('METRICS_ENABLED=false → no /metrics', async (t) => {
