@@ -412,9 +412,30 @@ t.test('a service started while the replica has not replayed its migrations: its
   })
 })
 
+/** The replicas' metrics' HELP, as a scrape shows it (the others are in test/plugins/metrics.test.ts). */
+const REPLICA_HELP: Record<string, string> = {
+  db_reads_total: 'Reads by where they were answered: primary, replica-1...',
+  db_read_fallbacks_total: 'Reads sent to the primary instead of a replica, by reason: none_up, lagging (past DATABASE_REPLICA_MAX_LAG_MS), ' +
+    'behind_token (Consistency-Token not replayed), behind_version (If-None-Match names a newer version), replica_failed (the read failed ' +
+    'on the replica), recovery_conflict (the replica cancelled it in a conflict with its replay), schema_behind (the replica lacks a table, ' +
+    'column, function or type the read names)',
+  db_replica_lag_seconds: 'How long ago the primary was at a position the replica has not replayed, at most about DATABASE_REPLICA_MAX_LAG_MS ' +
+    'plus four to six probe intervals (a replica further behind takes no reads); NaN while the primary cannot be asked',
+  db_replica_up: '1 while the replica answers its probe and takes reads, 0 while it is marked down'
+}
+
 // Last: prom-client's registry is one per process, and the newest app's counters are the ones served.
 t.test('lag bound: a replica further behind than DATABASE_REPLICA_MAX_LAG_MS answers no read without a token; caught up, it does again', async (t) => {
+  // Before the service: every position its probe records of the primary is later than this.
+  const startedAt = performance.now()
   const strict = await service(t, { DATABASE_REPLICA_MAX_LAG_MS: '300' })
+  // A new registry, before any read: each series of the replicas' metrics at 0, and each HELP whole.
+  const fresh = await (await fetch(`${strict.url}/metrics`)).text()
+  for (const reason of ['none_up', 'lagging', 'behind_token', 'behind_version', 'replica_failed', 'recovery_conflict', 'schema_behind']) {
+    t.match(fresh, new RegExp(`^db_read_fallbacks_total\\{reason="${reason}"\\} 0$`, 'm'), `${reason} at 0 from the start`)
+  }
+  const help = (name: string) => new RegExp(`^# HELP ${name} (.*)$`, 'm').exec(fresh)?.[1]
+  t.same(Object.fromEntries(Object.keys(REPLICA_HELP).map((name) => [name, help(name)])), REPLICA_HELP)
   await cluster.waitForReplay()
   let seen = ''
   await until('the replica takes reads', async () => {
@@ -437,6 +458,13 @@ t.test('lag bound: a replica further behind than DATABASE_REPLICA_MAX_LAG_MS ans
   const after = await readCounts(strict)
   t.equal(after['fallback:lagging'] - before['fallback:lagging'], 2, 'both counted as lagging')
   t.equal(after['read:primary'] - before['read:primary'], 2)
+  // The lag as the gauge says it: past the bound, as the probe measured it, in seconds (at most the
+  // time since the service's probe began); up, as it still answers its probe.
+  const scraped = await (await fetch(`${strict.url}/metrics`)).text()
+  const lag = Number(/^db_replica_lag_seconds\{replica="replica-1"\} (\S+)$/m.exec(scraped)?.[1])
+  t.ok(lag > 0.3, `db_replica_lag_seconds past DATABASE_REPLICA_MAX_LAG_MS (${lag})`)
+  t.ok(lag * 1000 <= performance.now() - startedAt, `in seconds (${lag})`)
+  t.match(scraped, /^db_replica_up\{replica="replica-1"\} 1$/m)
   await cluster.resumeReplay()
   await cluster.waitForReplay()
   await until('reads back on the replica', async () => {
