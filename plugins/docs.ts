@@ -52,16 +52,19 @@ async function publicDocs (fastify: FastifyInstance) {
     uiConfig: UI_CONFIG,
     // The page without its query: the initializer makes the document's URL by appending "/./json"
     // to the page's whole URL, so /docs/?x=1 read /docs/?x=1/./json (the page itself) and showed no
-    // API. Swagger UI keeps its state in the fragment, which a redirect keeps.
+    // API. Swagger UI keeps its state in the fragment, which a redirect keeps. So is the page's
+    // other name, /docs/static/index.html, which @fastify/swagger-ui redirects to /docs/ only
+    // without a query: with one, it redirected to itself, a loop.
     uiHooks: {
       onRequest: async (request, reply) => {
         const query = request.url.indexOf('?')
         if (query !== -1 && (request.routeOptions.url === '/docs' ||
           // Stryker disable next-line ConditionalExpression,EqualityOperator,StringLiteral: equivalent under Fastify 5, which gives both routes of the prefix's '/' (/docs and /docs/) the url '/docs' (one options object for the two): kept for a version that tells them apart, which test/plugins/docs.test.ts's /docs/?url= would show
-          request.routeOptions.url === '/docs/')) {
+          request.routeOptions.url === '/docs/' ||
+          request.routeOptions.url === '/docs/static/index.html')) {
           // The path alone, as the client spelled it (with or without its slash), never a host: a
           // request line in absolute form (http://host/docs?x, as to a proxy) names one.
-          return reply.redirect(request.url.slice(0, query).endsWith('/') ? '/docs/' : '/docs', 302)
+          return reply.redirect(request.url.slice(0, query).endsWith('/docs') ? '/docs' : '/docs/', 302)
         }
       }
     }

@@ -95,11 +95,14 @@ t.test('Swagger UI\'s pages and files carry a Content-Security-Policy that forbi
 t.test('a query on the docs page (?url=, ?utm_source=…) is dropped: 302 to the page without it, as Swagger UI would read its document from a URL in the query', async (t) => {
   // The UI's initializer makes its document's URL by appending "/./json" to the page's whole URL,
   // query included: /docs/?x=1 read /docs/?x=1/./json, the page's own HTML, and showed no API.
-  for (const [path, location] of [['/docs/?url=/healthz', '/docs/'], ['/docs?configUrl=/healthz&x=1', '/docs']]) {
+  // The page's other name too, which @fastify/swagger-ui sent to itself when it had a query: a loop.
+  for (const [path, location] of [['/docs/?url=/healthz', '/docs/'], ['/docs?configUrl=/healthz&x=1', '/docs'], ['/docs/static/index.html?x=1', '/docs/']]) {
     const res = await fetch(`${harness.baseUrl}${path}`, { redirect: 'manual' })
     await res.arrayBuffer()
     t.equal(res.status, 302, path)
     t.equal(res.headers.get('location'), location, path)
+    const followed = await fetch(`${harness.baseUrl}${path}`)
+    t.match(await followed.text(), /swagger-ui/, `${path}: followed, the page`)
   }
   // An empty query too (fetch would drop it: sent as it is).
   const empty = await new Promise<{ status?: number, location?: string }>((resolve, reject) => {
