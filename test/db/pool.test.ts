@@ -4,7 +4,9 @@
 import { connect, createServer, type Socket } from 'node:net'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
-import { ConnectionWaitTimeout, databaseErrorSummary, DatabaseUnreachable, isDatabaseUnavailable, overloadReasonOf } from '../../db/errors.js'
+import {
+  ConnectionWaitTimeout, databaseErrorSummary, DatabaseUnreachable, isDatabaseUnavailable, isOverDatabaseLimit, isPoolerQueueWaitExpired, overloadReasonOf
+} from '../../db/errors.js'
 import { DatabasePool } from '../../db/pool.js'
 import { createTestDatabase } from '../support/database.js'
 
@@ -43,6 +45,43 @@ t.test('each error the database or the network can give, classified: outage, ove
   // The pool's own errors carry codes too, so a log line names every kind alike.
   t.same(databaseErrorSummary(new ConnectionWaitTimeout('busy')), { code: 'CONNECTION_WAIT_TIMEOUT', reason: 'busy' })
   t.same(databaseErrorSummary(new DatabaseUnreachable('down')), { code: 'DATABASE_UNREACHABLE', reason: 'down' })
+})
+
+t.test('PgBouncer\'s words from anyone else, or on what is no Error, are neither outage nor overload; a limit of the database\'s is its own', async (t) => {
+  const pool = poolOn(await createTestDatabase(t))
+  const failureOf = (text: string) => pool.query(text).then(() => undefined, (error: Error) => error)
+  // A statement that raises them (P0001): the database answering, in PgBouncer's words.
+  for (const words of ['query_wait_timeout', 'no more connections allowed (max_client_conn)',
+    'server login has been failing, try again later (server_login_retry)', 'server conn crashed?']) {
+    const raised = await failureOf(`DO $$ BEGIN RAISE EXCEPTION '${words}'; END $$`)
+    t.match(raised, { code: 'P0001', message: words })
+    t.notOk(isPoolerQueueWaitExpired(raised), `raised ${words}: not PgBouncer's queue wait`)
+    t.notOk(isDatabaseUnavailable(raised), `raised ${words}: not an outage`)
+    t.equal(overloadReasonOf(raised), undefined, `raised ${words}: not overload`)
+    // As PgBouncer sends them (08P01), but no Error.
+    const copy = { code: '08P01', message: words }
+    t.notOk(isPoolerQueueWaitExpired(copy), `${words}, no Error: not PgBouncer's queue wait`)
+    t.equal(overloadReasonOf(copy), undefined, `${words}, no Error: not overload`)
+  }
+  t.notOk(pool.unreachable, 'each of them was the database answering')
+  // PgBouncer (1.19 on) behind another PgBouncer that is full: the login it keeps failing is the
+  // outage, whatever the cached error says.
+  const cached = Object.assign(new Error('server login has been failing, cached error: no more connections allowed (max_client_conn) (server_login_retry)'), { code: '08P01' })
+  t.ok(isDatabaseUnavailable(cached), 'a cached max_client_conn in server_login_retry: an outage')
+  t.equal(overloadReasonOf(cached), undefined, 'not PgBouncer taking no more clients')
+
+  // program_limit_exceeded: an index entry over a third of a page.
+  const client = await pool.connect()
+  await client.query('CREATE TEMPORARY TABLE wide (id text PRIMARY KEY)')
+  const tooLarge = await client.query("INSERT INTO wide SELECT string_agg(md5(i::text), '') FROM generate_series(1, 300) AS i").then(() => undefined, (error: Error) => error)
+  await client.query("INSERT INTO wide VALUES ('a')")
+  const duplicate = await client.query("INSERT INTO wide VALUES ('a')").then(() => undefined, (error: Error) => error)
+  client.release()
+  t.match(tooLarge, { code: '54000' })
+  t.equal(isOverDatabaseLimit(tooLarge), true, String(tooLarge))
+  t.match(duplicate, { code: '23505' })
+  t.equal(isOverDatabaseLimit(duplicate), false, 'a unique violation is no limit')
+  t.equal(isOverDatabaseLimit({ code: '54000', message: 'index row size exceeds maximum' }), false, 'not an Error: no')
 })
 
 t.test('what counts as the database answering: a connection made, a query answered; answersSince waits for one', async (t) => {

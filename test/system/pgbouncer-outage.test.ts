@@ -7,6 +7,7 @@
 import { Writable } from 'node:stream'
 import pg from 'pg'
 import t from 'tap'
+import { isDatabaseUnavailable, isPoolerQueueWaitExpired, overloadReasonOf } from '../../db/errors.js'
 import { seedDatabase } from '../../db/seed.js'
 import { ownPostgres } from '../support/database.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
@@ -89,6 +90,15 @@ if (!binary) {
     const holds = Array.from({ length: SERVER_CONNECTIONS }, () => full.app.db.query('SELECT pg_sleep(2)').catch((error: unknown) => error))
     await until('both client connections made', async () => full.app.db.totalCount >= SERVER_CONNECTIONS && full.app.db.idleCount === 0)
     const shed = await full.request(ordersPath(), { token: readToken() })
+    // PgBouncer's refusal itself, to a client of the test's own: overload, and not its queue wait.
+    const own = new pg.Client({ connectionString: fullUrl.toString() })
+    own.on('error', () => {})
+    const refusal = await own.connect().then(() => undefined, (error: Error) => error)
+    await own.end().catch(() => {})
+    t.match(refusal, { code: '08P01', message: 'no more connections allowed (max_client_conn)' })
+    t.equal(overloadReasonOf(refusal), 'connection_wait')
+    t.notOk(isPoolerQueueWaitExpired(refusal))
+    t.notOk(isDatabaseUnavailable(refusal))
     t.equal(shed.status, 503, shed.text)
     t.match(shed.body, { type: '/problems/overloaded', status: 503 })
     t.equal(shed.headers.get('retry-after'), '5')
@@ -113,6 +123,7 @@ if (!binary) {
 
   t.test('the database stopped: PgBouncer\'s refusals (server_login_retry) → 503 database-unavailable, not ready', async (t) => {
     // PgBouncer has found that it cannot log in (a client of the test's own through it is refused so).
+    let refusal: Error | undefined
     await until('PgBouncer refusing with server_login_retry', async () => {
       const client = new pg.Client({ connectionString: bouncerUrl.toString() })
       client.on('error', () => {})
@@ -121,11 +132,17 @@ if (!binary) {
         await client.query('SELECT 1')
         return false
       } catch (error) {
+        refusal = error as Error
         return /server_login_retry/.test((error as Error).message)
       } finally {
         await client.end().catch(() => {})
       }
     })
+    // An outage, and neither overload nor PgBouncer's queue wait, which it also sends as 08P01.
+    t.match(refusal, { code: '08P01' })
+    t.ok(isDatabaseUnavailable(refusal))
+    t.equal(overloadReasonOf(refusal), undefined)
+    t.notOk(isPoolerQueueWaitExpired(refusal))
     const logged = logs.length
     // Readiness asked while the service's requests keep coming: each is refused by PgBouncer on a
     // connection the service has just made to it, and neither is the database answering.
