@@ -135,6 +135,7 @@ export class DatabasePool extends pg.Pool {
   #endUnanswered (bound: number): void {
     const now = performance.now()
     for (const client of this.#clients) {
+      // Stryker disable next-line EqualityOperator: equivalent: pendingSince is -1 or a performance.now() taken after the process started (never 0), and a wait of exactly `bound` to the fraction of a ms is no case a test can make
       if (client.pendingSince >= 0 && now - client.pendingSince > bound) {
         client.pendingSince = -1
         client.end().catch(() => {})
@@ -159,6 +160,7 @@ export class DatabasePool extends pg.Pool {
 
   /** Whether the database answers one of this pool's connections after `since`, within `timeoutMs`. */
   async answersSince (since: number, timeoutMs: number): Promise<boolean> {
+    // Stryker disable next-line EqualityOperator: equivalent: an answer at the very performance.now() the caller took `since`, to the fraction of a ms, does not happen
     if (this.lastAnsweredAt > since) return true
     return once(this, 'answered', { signal: AbortSignal.timeout(timeoutMs) }).then(() => true, () => false)
   }
@@ -178,7 +180,9 @@ export class DatabasePool extends pg.Pool {
     }
     const traced = context.active()
     super.connect((error, client, done) => {
-      if (client && traced !== ROOT_CONTEXT) (client as unknown as BoundedClient).traceContext = traced
+      if (client &&
+        // Stryker disable next-line ConditionalExpression: equivalent: a client given ROOT sends its statements in ROOT, as one given none (BoundedClient's query), and release() clears either
+        traced !== ROOT_CONTEXT) (client as unknown as BoundedClient).traceContext = traced
       callback(error && this.#classify(error), client, done)
     })
   }

@@ -1,14 +1,21 @@
 // The pool tells a busy pool (overload) from a database it cannot reach (outage), against a real
 // PostgreSQL, a port where nothing listens, and a black hole (a socket that accepts and never
 // answers, as a firewalled or frozen host does).
+import { once } from 'node:events'
 import { connect, createServer, type Socket } from 'node:net'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
+import { context, createContextKey, ROOT_CONTEXT } from '@opentelemetry/api'
+import pg from 'pg'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
 import {
   ConnectionWaitTimeout, databaseErrorSummary, DatabaseUnreachable, isDatabaseUnavailable, isOverDatabaseLimit, isPoolerQueueWaitExpired, overloadReasonOf
 } from '../../db/errors.js'
 import { DatabasePool } from '../../db/pool.js'
+import { SynchronousContextManager } from '../../src/tracing.js'
 import { createTestDatabase } from '../support/database.js'
+import { until } from '../support/waiting.js'
 
 // Long enough for a new connection on a loaded machine (four test files at once on two cores), short
 // enough that the waits the tests provoke stay cheap.
@@ -259,4 +266,92 @@ t.test('black hole → the connect times out as unavailable; a wait behind it is
   t.equal(reason.cause?.message, 'timeout exceeded when trying to connect')
   t.ok(isDatabaseUnavailable(reason))
   t.equal(overloadReasonOf(reason), undefined)
+})
+
+t.test('a client checked out in a trace context sends its statements in it, from wherever they are sent; one checked out in none, in none', async (t) => {
+  // The service's context manager when tracing is on (src/tracing.ts); no other test here traces.
+  context.setGlobalContextManager(new SynchronousContextManager())
+  t.teardown(() => { context.disable() })
+  const request = createContextKey('request')
+  const traced = ROOT_CONTEXT.setValue(request, 'request 1')
+  const pool = poolOn(await createTestDatabase(t), 2)
+  /** The request whose context was active as `client` sent a statement (what instrumentation-pg reads then). */
+  async function sentIn (client: pg.PoolClient): Promise<unknown> {
+    const query = new pg.Query('SELECT 1')
+    const submit = query.submit.bind(query)
+    let active: unknown
+    query.submit = (connection) => { active = context.active().getValue(request); submit(connection) }
+    await new Promise((resolve, reject) => client.query(query).on('end', resolve).on('error', reject))
+    return active
+  }
+  const inRequest = await context.with(traced, () => pool.connect())
+  const untraced = await pool.connect()
+  t.equal(await sentIn(inRequest), 'request 1', 'sent after an await, outside the request\'s context: in it')
+  t.equal(await context.with(traced, () => sentIn(untraced)), undefined, 'checked out untraced, sent inside a request\'s context: in none')
+  inRequest.release()
+  untraced.release()
+  // A connect asked for in a trace context that fails fails as it would untraced.
+  const down = poolOn(`postgres://postgres@127.0.0.1:${await freePort()}/postgres`)
+  const error = await context.with(traced, () => down.connect()).then(() => undefined, (error: Error) => error)
+  t.ok(isDatabaseUnavailable(error), String(error))
+})
+
+t.test('end(callback) calls back once the pool has ended, and when it was ended already', async (t) => {
+  const pool = new DatabasePool({ connectionString: await createTestDatabase(t), max: 1, connectionWaitMs: WAIT_MS, queryTimeoutMs: 5_000 })
+  pool.on('error', () => {})
+  await pool.query('SELECT 1')
+  const removed = once(pool, 'remove')
+  await new Promise<void>((resolve) => pool.end(resolve))
+  t.ok(pool.ended, 'ended')
+  await removed
+  // pg-pool refuses a second end() (a rejection); the callback hears of it all the same.
+  await new Promise<void>((resolve) => pool.end(resolve))
+  t.pass('called back')
+})
+
+t.test('a client whose statement went unanswered is ended once, not again at each sweep while its holder keeps it', async (t) => {
+  const connectionString = await createTestDatabase(t)
+  const holder = poolOn(connectionString)
+  const lock = await holder.connect()
+  await lock.query('SELECT pg_advisory_lock(4243)')
+  const pool = new DatabasePool({ connectionString, max: 2, connectionWaitMs: 5_000, queryTimeoutMs: 300 })
+  pool.on('error', () => {})
+  const [first, second] = await Promise.all([pool.connect(), pool.connect()])
+  let ends = 0
+  const end = first.end.bind(first)
+  first.end = (() => { ends++; return end() }) as typeof first.end
+  await t.rejects(first.query('SELECT pg_advisory_lock(4243)'), /Connection terminated/)
+  // Sent once the first was ended, so ended by a later sweep, which looked at the first again.
+  await t.rejects(second.query('SELECT pg_advisory_lock(4243)'), /Connection terminated/)
+  t.equal(ends, 1, 'the first client was ended by one sweep only')
+  first.release(true)
+  second.release(true)
+  await pool.end()
+  lock.release()
+})
+
+t.test('the pool keeps no client it has removed, and nothing keeps a pool that has ended', async (t) => {
+  // A full collection before each look: what is still reachable stays, nothing else.
+  setFlagsFromString('--expose-gc')
+  const gc = runInNewContext('gc') as () => void
+  // Once its socket has closed too (after pg's 'end'): polled, a collection before each look.
+  const collected = (what: string, ref: WeakRef<object>) => until(what, () => { gc(); return ref.deref() === undefined }, 5_000)
+  const connectionString = await createTestDatabase(t)
+  let pool: DatabasePool | undefined = new DatabasePool({ connectionString, max: 2, connectionWaitMs: WAIT_MS, queryTimeoutMs: 5_000 })
+  let client: pg.PoolClient | undefined = await pool.connect()
+  const removedClient = new WeakRef(client)
+  // pg-pool says 'remove' once the client's connection has ended (the promise keeps no client).
+  let removed = once(pool, 'remove').then(() => {})
+  client.release(true) // a client released with an error is removed
+  client = undefined
+  await removed
+  await collected('the removed client collected while its pool lives', removedClient)
+  await pool.query('SELECT 1')
+  const ended = new WeakRef(pool)
+  removed = once(pool, 'remove').then(() => {})
+  await pool.end()
+  pool = undefined
+  await removed
+  await collected('the ended pool collected', ended)
+  t.pass('neither kept')
 })
