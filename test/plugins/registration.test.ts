@@ -5,9 +5,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import Fastify, { type FastifyPluginAsync } from 'fastify'
 import fp from 'fastify-plugin'
 import pg from 'pg'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import auth from '../../plugins/auth/index.js'
 import db from '../../plugins/db.js'
+import { lockWaitExpired } from '../../db/errors.js'
 import docs from '../../plugins/docs.js'
 import env from '../../plugins/env.js'
 import lifecycle from '../../plugins/lifecycle.js'
@@ -61,9 +62,53 @@ t.test('migrations waiting on a lock another session holds: the start fails afte
   // An open transaction holding a table the migrations read: every statement on it queues behind them.
   await holder.query('BEGIN; LOCK TABLE migrations IN ACCESS EXCLUSIVE MODE')
   const env = { DATABASE_URL: database.url, MIGRATIONS_CONNECTION_WAIT_MS: '300' }
-  const started = build(t, env).then(() => 'started', (error: Error) => error.message)
-  const outcome = await Promise.race([started, sleep(10_000, 'still waiting after 10 s')])
-  t.match(outcome, /^the migrations waited longer than MIGRATIONS_CONNECTION_WAIT_MS for a lock another session holds \(canceling statement due to lock timeout\)$/)
+  const outcome = await startOutcome(t, env)
+  t.match(outcome, { message: /^the migrations waited longer than MIGRATIONS_CONNECTION_WAIT_MS for a lock another session holds \(canceling statement due to lock timeout\)$/ })
+  t.ok(lockWaitExpired((outcome as Error).cause), 'the lock wait\'s own error kept as the cause')
   await holder.query('COMMIT')
   await t.resolves(build(t, env), 'starts once the lock is released')
+})
+
+/**
+ * How a start ends: its error, or 'started', or 'still waiting after 10 s'. The 10 s timer ends with
+ * the start: left running, it held the test's process 10 s after its last test.
+ */
+async function startOutcome (t: Test, env: Record<string, string>): Promise<unknown> {
+  const settled = new AbortController()
+  const started = build(t, env).then(() => 'started', (error: unknown) => error).finally(() => settled.abort())
+  const waited = sleep(10_000, 'still waiting after 10 s', { signal: settled.signal }).catch(() => started)
+  return await Promise.race([started, waited])
+}
+
+t.test('migrations failing for another reason than a lock wait: the start fails with their own error', async (t) => {
+  const database = await newDatabase({ migrated: true })
+  t.teardown(database.drop)
+  const missing = Object.assign(new URL(database.url), { pathname: '/no_such_database' }).toString()
+  const outcome = await startOutcome(t, { DATABASE_URL: database.url, MIGRATIONS_DATABASE_URL: missing })
+  t.match(outcome, { code: '3D000', message: 'database "no_such_database" does not exist' })
+})
+
+// Behind a transaction pooler nothing is sent with DATABASE_URL's connections (PgBouncer refuses
+// startup parameters): migrations on it wait as long as the role or database says; on a direct
+// MIGRATIONS_DATABASE_URL they still get MIGRATIONS_CONNECTION_WAIT_MS. Direct connections here,
+// told apart by their URLs, so that a lock_timeout sent shows as a wait of its length.
+t.test('DATABASE_POOLER=transaction: lock_timeout is sent to MIGRATIONS_DATABASE_URL only, not to DATABASE_URL', async (t) => {
+  const database = await newDatabase({ migrated: true })
+  t.teardown(database.drop)
+  const holder = new pg.Client({ connectionString: database.url })
+  await holder.connect()
+  t.teardown(() => holder.end())
+  await holder.query('BEGIN; LOCK TABLE migrations IN ACCESS EXCLUSIVE MODE')
+  const lockWaited = { message: /^the migrations waited longer than MIGRATIONS_CONNECTION_WAIT_MS for a lock another session holds/ }
+  const direct = Object.assign(new URL(database.url), { search: '?application_name=migrations' }).toString()
+  const ownUrl = await startOutcome(t, { DATABASE_URL: database.url, DATABASE_POOLER: 'transaction', MIGRATIONS_DATABASE_URL: direct, MIGRATIONS_CONNECTION_WAIT_MS: '300' })
+  t.match(ownUrl, lockWaited, 'a MIGRATIONS_DATABASE_URL of its own: MIGRATIONS_CONNECTION_WAIT_MS bounds the wait')
+  // The database's lock_timeout is the one that applies on DATABASE_URL: MIGRATIONS_CONNECTION_WAIT_MS
+  // sent there would be a wait of a minute.
+  const admin = new pg.Client({ connectionString: database.url })
+  await admin.connect()
+  await admin.query("DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', current_database(), '300ms'); END $$")
+  await admin.end()
+  const sameUrl = await startOutcome(t, { DATABASE_URL: database.url, DATABASE_POOLER: 'transaction', MIGRATIONS_CONNECTION_WAIT_MS: '60000' })
+  t.match(sameUrl, lockWaited, 'on DATABASE_URL: the database\'s lock_timeout, nothing sent')
 })
