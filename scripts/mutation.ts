@@ -95,7 +95,9 @@ const areas: Area[] = [
       // the change feed's stream gauges.
       'test/routes/health.test.ts', 'test/system/replicas.test.ts', 'test/routes/feed-stream.test.ts',
       // the list's page cache: its counters and bytes.
-      'test/routes/list-kept-pages.test.ts'],
+      'test/routes/list-kept-pages.test.ts',
+      // plugins/db.ts: positions (Consistency-Token) asked with replicas only, and the down line's fields.
+      'test/db/replica-unreachable.test.ts'],
     // These files mostly wait (timeouts, a stopped database, a stalled loop): at the shared 4 the
     // two cores were idle a fifth of the time.
     concurrency: 6

@@ -5,10 +5,10 @@ import { once } from 'node:events'
 import { createServer, type Socket } from 'node:net'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
-import { ordersFixture, ordersPath } from '../support/fixtures.js'
+import { historyPath, ordersFixture, ordersPath, tooLargeToGrant } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
-import { readToken } from '../support/tokens.js'
+import { deleteToken, readToken, token } from '../support/tokens.js'
 
 const sockets = new Set<Socket>()
 const silent = createServer((socket) => { sockets.add(socket) })
@@ -40,6 +40,30 @@ t.test('a replica that never answers and one refusing connections: started in ti
   const metrics = await (await fetch(`${harness.baseUrl}/metrics`)).text()
   t.match(metrics, /db_read_fallbacks_total\{reason="none_up"\} [4-9]/)
   t.match(metrics, /db_replica_up\{replica="replica-1"\} 0/)
+})
+
+// A Consistency-Token is a position of the primary's, given when a replica may answer the next read
+// (plugins/db.ts asks for positions only then): with replicas, even all down, every answer from the
+// database carries one, a refused grant's asked after the refusal; without, none does.
+t.test('Consistency-Token with replicas (all down) on reads, changes and a grant too large; without replicas on none', async (t) => {
+  for (const replicated of [true, false]) {
+    const harness = await build(t, replicated ? { DATABASE_REPLICA_URLS: closedUrl } : {})
+    await harness.seed(ordersFixture())
+    const { resource, client, permission } = await tooLargeToGrant(harness.db)
+    const answers = {
+      list: await harness.request(ordersPath(), { token: readToken() }),
+      history: await harness.request(historyPath(), { token: readToken() }),
+      feed: await harness.request('/permission_changes', { token: readToken() }),
+      delete: await harness.request(ordersPath(), { method: 'DELETE', token: deleteToken(), json: ['p_read_orders'] }),
+      'grant too large': await harness.request(ordersPath(client, resource), { method: 'POST', token: token({ scope: 'create:resource' }), json: [permission] })
+    }
+    t.same(Object.entries(answers).map(([name, { status }]) => [name, status]),
+      [['list', 200], ['history', 200], ['feed', 200], ['delete', 204], ['grant too large', 422]], `replicas: ${replicated}`)
+    for (const [name, answer] of Object.entries(answers)) {
+      if (replicated) t.match(answer.headers.get('consistency-token'), /^[0-9A-F]+\/[0-9A-F]+$/, `with replicas: ${name}`)
+      else t.equal(answer.headers.get('consistency-token'), null, `without replicas: ${name}`)
+    }
+  }
 })
 
 t.test('DATABASE_REPLICA_URLS that are not postgres URLs stop the start with a message naming the setting', async (t) => {
