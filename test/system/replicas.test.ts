@@ -16,6 +16,7 @@ import { loadConfig } from '../../src/config.js'
 import { checkContract } from '../support/contract.js'
 import { historyPath, ordersFixture, ordersPath } from '../support/fixtures.js'
 import { captureLogs, type CapturedLogs } from '../support/logs.js'
+import { freePort } from '../../db/embedded-postgres.js'
 import { replicatedPostgres, skipUnlessPostgresServer } from '../support/replication.js'
 import { TEST_SECRET, token } from '../support/tokens.js'
 import { until } from '../support/waiting.js'
@@ -270,7 +271,11 @@ t.test('the replica frozen (every process of it stopped, SIGSTOP): reads still a
   await slow.logs.waitFor((line) => line.msg === 'database replica back: it takes reads again', 'the back line')
 })
 
-t.test('the primary stopped: reads still answered by the replica, writes 503 database-unavailable, readiness 200', async (t) => {
+t.test('the primary stopped: reads still answered by the replica, writes 503 database-unavailable, readiness 200 while a replica is up, 503 when none is', async (t) => {
+  // Two more services: one whose second replica is down (one up is enough), one whose only replica is.
+  const closedUrl = `postgres://u:p@127.0.0.1:${await freePort()}/db`
+  const oneOfTwoUp = await service(t, { DATABASE_REPLICA_URLS: `${cluster.replicaUrl},${closedUrl}`, DATABASE_REPLICA_MAX_LAG_MS: '600000' })
+  const noneUp = await service(t, { DATABASE_REPLICA_URLS: closedUrl })
   await cluster.waitForReplay()
   const seen = await call(relaxed, 'GET', ordersPath())
   await cluster.stopPrimary()
@@ -288,6 +293,8 @@ t.test('the primary stopped: reads still answered by the replica, writes 503 dat
   t.match(write.body, { type: '/problems/database-unavailable' })
   t.ok(write.headers.get('retry-after'))
   t.equal((await call(relaxed, 'GET', '/readyz')).status, 200, 'ready: reads can be served')
+  t.equal((await call(oneOfTwoUp, 'GET', '/readyz')).status, 200, 'one replica up of two: ready')
+  t.equal((await call(noneUp, 'GET', '/readyz')).status, 503, 'no replica up and the primary down: not ready')
   // A token the replica has not replayed cannot be honoured by anyone now: 503, never older data.
   const ahead = await call(relaxed, 'GET', ordersPath(), { 'consistency-token': 'FFFFFFFF/0' })
   t.equal(ahead.status, 503)
@@ -377,6 +384,8 @@ t.test('a replica without a table the primary has (its creation not replayed yet
   for (const attempt of [1, 2]) t.equal((await readNew()).n, 1, `read ${attempt}: the primary answers`)
   t.same(fallbacks, ['schema_behind', 'schema_behind'])
   t.equal(warned(), 1, 'said once')
+  t.match(relaxed.logs.lines.find((line) => line.msg === 'database replica lacks an object the primary has: such reads go to the primary'),
+    { replica: 'replica-1', code: '42P01', reason: 'relation "made_after_the_start" does not exist' }, 'naming the replica and what it lacks')
   t.ok(replica.up, 'the replica still takes the reads it can answer')
   // A relation that exists nowhere, or a data error: the primary's answer would be the same.
   const failure = (sql: string) => app.read(async (db) => (await db.query(sql)).rows[0]).then(() => undefined, (error: Error & { code?: string }) => error.code)
@@ -384,6 +393,58 @@ t.test('a replica without a table the primary has (its creation not replayed yet
   t.equal(await failure("SELECT 'x'::int"), '22P02', 'a data error: not retried')
   t.same(fallbacks, ['schema_behind', 'schema_behind', 'schema_behind'])
   t.equal(warned(), 1, 'a relation the primary lacks as well says nothing of the replica')
+})
+
+t.test('a read the replica cancels in a conflict with its recovery: the primary answers, the replica stays up; a read the replica fails: marked down, said with its name and why, the primary answers', async (t) => {
+  const { app, logs } = relaxed
+  const [replica] = app.replicas!.replicas
+  await cluster.waitForReplay()
+  await until('the replica is up', async () => replica.up)
+  const events: string[] = []
+  const onFallback = (reason: string) => events.push(`fallback ${reason}`)
+  const onDown = (down: { name: string }, error: Error) => events.push(`down ${down.name}: ${error.message}`)
+  app.replicas!.on('fallback', onFallback)
+  app.replicas!.on('down', onDown)
+  t.teardown(() => { app.replicas!.off('fallback', onFallback); app.replicas!.off('down', onDown) })
+  // The replica's server raises the error its condition gives (a DO block runs on a standby); the primary answers.
+  const failingOnTheReplica = (code: string) => app.read(async (db) => {
+    const { rows: [{ standby }] } = await db.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby')
+    if (standby) await db.query(`DO $$ BEGIN RAISE EXCEPTION 'raised on the replica' USING ERRCODE = '${code}'; END $$`)
+    return (await db.query<{ position: string }>(`SELECT ${positionColumn}`)).rows[0]
+  })
+  // 40001: what a standby answers a query it cancels in a snapshot conflict with its recovery.
+  t.match(await failingOnTheReplica('40001'), { position: /^[0-9A-F]+\/[0-9A-F]+$/ }, 'answered')
+  t.same(events, ['fallback recovery_conflict'], 'a conflict: the replica works, this read lost')
+  t.ok(replica.up)
+  // 57014: a statement cancelled past its timeout, a replica busy beyond its bounds.
+  const mark = logs.lines.length
+  t.match(await failingOnTheReplica('57014'), { position: /^[0-9A-F]+\/[0-9A-F]+$/ }, 'answered')
+  t.same(events, ['fallback recovery_conflict', 'down replica-1: raised on the replica', 'fallback replica_failed'], 'a failure: marked down')
+  const down = await logs.waitFor((line) => logs.lines.indexOf(line) >= mark && line.msg === 'database replica down: its reads go elsewhere', 'the down line')
+  t.match(down, { replica: 'replica-1', code: '57014', reason: 'raised on the replica' }, 'the down line names the replica and why')
+  await logs.waitFor((line) => logs.lines.indexOf(line) >= mark && line.msg === 'database replica back: it takes reads again', 'the back line')
+})
+
+t.test('a read with a token on the replica: its statements on their own by default; behind DATABASE_POOLER=transaction, in one transaction with the question of where the replica stands', async (t) => {
+  const pooled = await service(t, { DATABASE_POOLER: 'transaction', DATABASE_REPLICA_MAX_LAG_MS: '600000' })
+  await cluster.waitForReplay()
+  for (const [base, pooler] of [[relaxed, false], [pooled, true]] as const) {
+    const replicas = base.app.replicas!
+    const reads: string[] = []
+    const onRead = (name: string) => reads.push(name)
+    replicas.on('read', onRead)
+    t.teardown(() => { replicas.off('read', onRead) })
+    let alone: boolean | undefined
+    await until(`pooler ${pooler}: a read on the replica`, async () => {
+      reads.length = 0
+      // A token the replica has replayed: read there, after asking it.
+      const after = replicas.replicas[0].replayed
+      alone = (await base.app.read(async (db) => (await db.query<{ alone: boolean, position: string }>(
+        `SELECT now() = statement_timestamp() AS alone, ${positionColumn}`)).rows[0], { after })).alone
+      return reads[0] === 'replica-1'
+    })
+    t.equal(alone, !pooler, `pooler ${pooler}: ${pooler ? 'in the transaction begun with the question' : 'a statement of its own'}`)
+  }
 })
 
 t.test('a service started while the replica has not replayed its migrations: its reads go to the primary (no 500 for a table the replica lacks); replayed, the replica takes them', async (t) => {
