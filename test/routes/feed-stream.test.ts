@@ -537,3 +537,14 @@ t.test('the feed plugin is registered after the ones it needs (db, env), or the 
   bare.register(feed)
   await t.rejects(async () => { await bare.ready() }, /dependency 'db' of plugin 'feed' is not registered/)
 })
+
+t.test('the streams\' shared reader prepares its statement as the routes do (DATABASE_PREPARED_STATEMENTS), and only then', async (t) => {
+  for (const prepared of [true, false]) {
+    // One pooled connection: the one that then reads pg_prepared_statements, which is per session.
+    const harness = await build(t, { DATABASE_POOL_MAX: '1', DATABASE_PREPARED_STATEMENTS: String(prepared) })
+    // What a stream reads; no stream is open and no request was made, so nothing else read the feed.
+    await harness.app.feed.read({ limit: 10 })
+    const { rows } = await harness.app.db.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')
+    t.same(rows.map(({ name }) => name), prepared ? ['feed'] : [], `prepared=${prepared}`)
+  }
+})
