@@ -73,6 +73,7 @@ async function clusterProcesses (): Promise<number[]> {
 t.test('database hung (every process stopped, connections open but silent) → 503 within the timeouts, then recovery', async (t) => {
   t.equal((await list()).status, 200, 'a pooled connection is open')
   const processes = await clusterProcesses()
+  const mark = logs.length
   for (const pid of processes) process.kill(pid, 'SIGSTOP')
   t.teardown(() => { for (const pid of processes) { try { process.kill(pid, 'SIGCONT') } catch {} } })
   const started = Date.now()
@@ -82,6 +83,9 @@ t.test('database hung (every process stopped, connections open but silent) → 5
   t.match(api.body, { type: '/problems/database-unavailable' })
   t.equal(ready.status, 503)
   t.ok(Date.now() - started < QUERY_TIMEOUT_MS + 5000, `answered in ${Date.now() - started} ms, not hung`)
+  // Neither the probe nor the pool was answered, nor refused: the check's own deadline (READINESS_TIMEOUT_MS) says so.
+  const readiness = logs.slice(mark).map((line) => JSON.parse(line)).filter((line) => line.msg === 'readiness check failed')
+  t.same(readiness.map(({ reason }) => reason), ['the database answered nobody within 1000 ms'], 'the readiness check says why')
   for (const pid of processes) process.kill(pid, 'SIGCONT')
   let res
   for (let attempt = 0; attempt < 50 && res?.status !== 200; attempt++) {
