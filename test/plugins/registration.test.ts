@@ -53,14 +53,23 @@ t.test('given no DATABASE_URL (outside production, the embedded database fills i
   await t.rejects(async () => { await app.ready() }, { message: 'DATABASE_URL is required' })
 })
 
-t.test('migrations waiting on a lock another session holds: the start fails after MIGRATIONS_CONNECTION_WAIT_MS, saying so; once released it starts', async (t) => {
+/**
+ * A migrated database of the test's own, and a session holding its migrations table in an open
+ * transaction: every statement on it, the migrations' first, queues behind that lock until the
+ * holder commits or the test ends.
+ */
+async function migrationsLocked (t: Test): Promise<{ database: { url: string }, holder: pg.Client }> {
   const database = await newDatabase({ migrated: true })
   t.teardown(database.drop)
   const holder = new pg.Client({ connectionString: database.url })
   await holder.connect()
   t.teardown(() => holder.end())
-  // An open transaction holding a table the migrations read: every statement on it queues behind them.
   await holder.query('BEGIN; LOCK TABLE migrations IN ACCESS EXCLUSIVE MODE')
+  return { database, holder }
+}
+
+t.test('migrations waiting on a lock another session holds: the start fails after MIGRATIONS_CONNECTION_WAIT_MS, saying so; once released it starts', async (t) => {
+  const { database, holder } = await migrationsLocked(t)
   const env = { DATABASE_URL: database.url, MIGRATIONS_CONNECTION_WAIT_MS: '300' }
   const outcome = await startOutcome(t, env)
   t.match(outcome, { message: /^the migrations waited longer than MIGRATIONS_CONNECTION_WAIT_MS for a lock another session holds \(canceling statement due to lock timeout\)$/ })
@@ -93,12 +102,7 @@ t.test('migrations failing for another reason than a lock wait: the start fails 
 // MIGRATIONS_DATABASE_URL they still get MIGRATIONS_CONNECTION_WAIT_MS. Direct connections here,
 // told apart by their URLs, so that a lock_timeout sent shows as a wait of its length.
 t.test('DATABASE_POOLER=transaction: lock_timeout is sent to MIGRATIONS_DATABASE_URL only, not to DATABASE_URL', async (t) => {
-  const database = await newDatabase({ migrated: true })
-  t.teardown(database.drop)
-  const holder = new pg.Client({ connectionString: database.url })
-  await holder.connect()
-  t.teardown(() => holder.end())
-  await holder.query('BEGIN; LOCK TABLE migrations IN ACCESS EXCLUSIVE MODE')
+  const { database } = await migrationsLocked(t)
   const lockWaited = { message: /^the migrations waited longer than MIGRATIONS_CONNECTION_WAIT_MS for a lock another session holds/ }
   const direct = Object.assign(new URL(database.url), { search: '?application_name=migrations' }).toString()
   const ownUrl = await startOutcome(t, { DATABASE_URL: database.url, DATABASE_POOLER: 'transaction', MIGRATIONS_DATABASE_URL: direct, MIGRATIONS_CONNECTION_WAIT_MS: '300' })
