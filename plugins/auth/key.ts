@@ -45,8 +45,16 @@ export function jwksOverNetworkHttp (config: Pick<Config, 'JWKS_URL'>): boolean 
 export function jwtKeyOf (config: Config): JwtKey | undefined {
   if (config.JWT_SECRET) return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
   if (config.JWKS_URL) {
+    // The schema checks only the https?:// prefix; URL's own error ("Invalid URL") names no setting.
+    // The value is not repeated: a URL that does not parse may still hold a password.
+    let url: URL
+    try {
+      url = new URL(config.JWKS_URL)
+    } catch {
+      throw new Error('Invalid configuration: JWKS_URL is not a URL')
+    }
     // fetch refuses a URL with credentials, so such a key set never loads; and the URL is logged.
-    const { username, password } = new URL(config.JWKS_URL)
+    const { username, password } = url
     if (username || password) throw new Error('Invalid configuration: JWKS_URL must not hold a user name or password (a key set is public)')
     if (isProduction(config) && jwksOverNetworkHttp(config) && !config.JWKS_ALLOW_HTTP) {
       throw new Error('Invalid configuration: JWKS_URL must be https:// in production, or http:// on a loopback host ' +

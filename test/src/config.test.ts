@@ -92,6 +92,10 @@ t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or w
     [{ ...production, JWKS_URL: 'http://127.example.com/jwks.json', DATABASE_URL: unreachable }, /JWKS_URL must be https:\/\/ in production/],
     [{ JWKS_URL: 'https://user:secret@idp.example/jwks.json', DATABASE_URL: unreachable }, /^Invalid configuration: JWKS_URL must not hold a user name or password \(a key set is public\)$/],
     [{ JWKS_URL: 'https://user@idp.example/jwks.json', DATABASE_URL: unreachable }, /JWKS_URL must not hold a user name or password/],
+    // Past its https?:// prefix the schema does not look; URL's own "Invalid URL" would name nothing.
+    [{ JWKS_URL: 'https://', DATABASE_URL: unreachable }, /^Invalid configuration: JWKS_URL is not a URL$/],
+    [{ JWKS_URL: 'https://idp example/jwks.json', DATABASE_URL: unreachable }, /^Invalid configuration: JWKS_URL is not a URL$/],
+    [{ ...production, JWKS_URL: 'http://[::1/jwks.json', DATABASE_URL: unreachable }, /^Invalid configuration: JWKS_URL is not a URL$/],
     [{ JWT_SECRET: 'short', DATABASE_URL: unreachable }, /JWT_SECRET must NOT have fewer than 32 characters/],
     [{ PORT: 'eighty', JWT_SECRET: TEST_SECRET, DATABASE_URL: unreachable }, /PORT must be integer/],
     [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY is not a PEM public key/],
