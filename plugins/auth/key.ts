@@ -43,7 +43,15 @@ export function jwksOverNetworkHttp (config: Pick<Config, 'JWKS_URL'>): boolean 
  * token signed HS256 with the public key as its secret (algorithm confusion) can never verify.
  */
 export function jwtKeyOf (config: Config): JwtKey | undefined {
-  if (config.JWT_SECRET) return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
+  if (config.JWT_SECRET) {
+    // A PEM is a key of RS256 or ES256, never an HS256 secret (anyone holding a public key could
+    // sign with it). fast-jwt would refuse it only when the auth plugin registers, in words that
+    // name no setting; its test for a PEM is this one: a BEGIN line anywhere.
+    if (/-----BEGIN [A-Z0-9 ]+?-----/.test(config.JWT_SECRET)) {
+      throw new Error('Invalid configuration: JWT_SECRET holds a PEM key, not a shared secret: a public key goes in JWT_PUBLIC_KEY')
+    }
+    return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
+  }
   if (config.JWKS_URL) {
     // The schema checks only the https?:// prefix; URL's own error ("Invalid URL") names no setting.
     // The value is not repeated: a URL that does not parse may still hold a password.

@@ -101,7 +101,12 @@ t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or w
     [{ JWT_PUBLIC_KEY: 'not a pem', DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY is not a PEM public key/],
     // Node derives the public key from a private one: taken, the secret would sit in the environment.
     [{ JWT_PUBLIC_KEY: rsaKeyPair().privateKey, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_PUBLIC_KEY holds a private key: give the public key only/],
-    [{ JWT_PUBLIC_KEY: ecKeyPair().privateKey, DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY holds a private key/]
+    [{ JWT_PUBLIC_KEY: ecKeyPair().privateKey, DATABASE_URL: unreachable }, /JWT_PUBLIC_KEY holds a private key/],
+    // A PEM in the secret's place: fast-jwt refuses it only when the app registers its auth ("Public
+    // keys are not supported for signing"), a sentence naming neither the setting nor the remedy.
+    [{ JWT_SECRET: rsaKeyPair().publicKey, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_SECRET holds a PEM key, not a shared secret: a public key goes in JWT_PUBLIC_KEY$/],
+    [{ JWT_SECRET: ecKeyPair().privateKey, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_SECRET holds a PEM key/],
+    [{ ...production, JWT_SECRET: `  ${rsaKeyPair().publicKey.replaceAll('\n', '\\n')}`, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_SECRET holds a PEM key/]
   ]
   for (const [env, message] of cases) t.throws(() => startupConfigOf(env), { message }, JSON.stringify(env))
 })
