@@ -205,6 +205,17 @@ async function changeGrants (pool: pg.Pool, name: string, text: string, input: C
   }
 }
 
+// The errors the change statement itself raised: a row it could not write is the request's (a grant
+// too large for an index), while BEGIN, the locks and COMMIT fail for reasons of the database's own
+// (COMMIT writes the history's notification, and a NOTIFY queue held full by a listener that sits in
+// a transaction refuses it with the same SQLSTATE, 54000, as an index entry too large).
+const raisedByChange = new WeakSet<Error>()
+
+/** Whether the change statement itself raised `error`, not BEGIN, its locks or its COMMIT. */
+export function raisedByChangeStatement (error: unknown): boolean {
+  return error instanceof Error && raisedByChange.has(error)
+}
+
 /**
  * One change of a client's grants on a resource, all or nothing: one statement that changes only
  * when the client is authorized, the precondition holds and every id is a permission of the
@@ -228,7 +239,10 @@ async function changeGrantsOnce (pool: pg.Pool, name: string, text: string, inpu
         input.resourceId, input.clientId, input.permissionIds, input.ifMatch ?? null,
         input.actor.sub ?? null, input.actor.clientId ?? null, input.requestId,
         Array.isArray(input.ifNoneMatch) ? input.ifNoneMatch : null, input.ifNoneMatch === '*'
-      ], options))
+      ], options)).catch((error: unknown) => {
+      if (error instanceof Error) raisedByChange.add(error)
+      throw error
+    })
     const changed = Number(row.changed)
     let version = row.version_before ?? undefined
     if (changed > 0) {

@@ -1,7 +1,9 @@
 // POST: the inverse of DELETE, with the same body rules and the same 404 order.
+import pg from 'pg'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
-import { backendPid, lockWaiter } from '../support/database.js'
+import { seedDatabase } from '../../db/seed.js'
+import { backendPid, lockWaiter, ownPostgres } from '../support/database.js'
 import { historyPath, ordersFixture, ordersPath, tooLargeToGrant } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
@@ -164,6 +166,49 @@ t.test('a grant whose database connection is lost as it waits → 503 database-u
   t.match(res.body, { type: '/problems/database-unavailable' })
   await locker.query('ROLLBACK')
   t.notOk((await grantsOf()).includes('p_update_refunds'), 'nothing granted')
+})
+
+// The database's limits refuse a row in the change statement; a COMMIT it refuses for its own
+// (here PostgreSQL's NOTIFY queue, full while a listener sits in a transaction: a change's history
+// row announces itself at COMMIT) is no fault of the ids, and a retry may well succeed.
+t.test('a COMMIT refused for a full NOTIFY queue → 500 logged at error, as for DELETE, not 422 grant-too-large; nothing granted', async (t) => {
+  const server = await ownPostgres(t)
+  const admin = new pg.Client({ connectionString: server.url })
+  await admin.connect()
+  // The smallest queue PostgreSQL takes (64 pages of 8 kB), instead of 8 GB to fill.
+  await admin.query('ALTER SYSTEM SET max_notify_queue_pages = 64')
+  await admin.end()
+  await server.stop()
+  await server.start()
+  const logs = captureLogs()
+  const own = await build(t, { DATABASE_URL: server.url, LOG_LEVEL: 'info' }, { logs: logs.stream })
+  await seedDatabase(own.app.db, ordersFixture())
+  // A listener in a transaction reads no notification until it ends: the queue's tail stays.
+  const stuck = new pg.Client({ connectionString: server.url })
+  await stuck.connect()
+  t.teardown(() => stuck.end())
+  await stuck.query('LISTEN anything')
+  await stuck.query('BEGIN')
+  // On the test's own server (own.db is the harness's template copy, which this app does not use).
+  const db = new pg.Client({ connectionString: server.url })
+  await db.connect()
+  t.teardown(() => db.end())
+  let full: (Error & { code?: string }) | undefined
+  for (let batch = 0; full === undefined && batch < 100; batch++) {
+    full = await db.query("SELECT pg_notify('filler', repeat('x', 7900) || i) FROM generate_series(1, 8) AS i").then(() => undefined, (error: Error) => error)
+  }
+  t.match(full, { code: '54000', message: /NOTIFY queue/ }, 'the queue is full')
+  const send = (method: 'POST' | 'DELETE', ids: string[]) =>
+    own.request(ordersPath(), { method, token: token({ scope: 'create:resource delete:resource' }), json: ids })
+  const removed = await send('DELETE', ['p_read_orders'])
+  const granted = await send('POST', ['p_update_refunds'])
+  t.same([granted.status, (granted.body as { type: string }).type], [removed.status, (removed.body as { type: string }).type], 'POST answers as DELETE does')
+  t.equal(granted.status, 500)
+  await logs.waitFor((line) => line.level === 50 && /NOTIFY queue/.test(JSON.stringify(line)) && line.reqId === granted.headers.get('x-request-id'), 'the grant\'s refusal logged at error')
+  t.notOk(logs.lines.some((line) => line.msg === 'grant too large to store'), 'not taken for a grant too large')
+  const { rows } = await db.query("SELECT permission_id FROM grants WHERE client_id = 'app-a' AND permission_id IN ('p_read_orders', 'p_update_refunds') ORDER BY 1")
+  t.same(rows.map(({ permission_id: id }) => id), ['p_read_orders'], 'nothing changed')
+  await stuck.query('COMMIT')
 })
 
 t.test('with replicas, a grant too large answers its 422 with a Consistency-Token, as every other refusal of a change', async (t) => {

@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import type { operations as Operations } from '../../generated/openapi.js'
 import { operations } from '../../generated/operations.js'
 import { isOverDatabaseLimit } from '../../../db/errors.js'
+import { raisedByChangeStatement } from '../../../db/queries/change.js'
 import { problems } from '../../problems.js'
 import { inRequestContext } from '../../tracing.js'
 import { changeOf, sendChanged } from './change.js'
@@ -23,7 +24,9 @@ export default async function grant (fastify: FastifyInstance) {
     const result = await fastify.queries.grantPermissions(change).catch(async (error: unknown) => {
       // Ids within the contract's bounds can still be too long together for the grant's index
       // entry: the caller's to shorten, not a fault of the service (the transaction rolled back).
-      if (!isOverDatabaseLimit(error)) throw error
+      // Only when the grant statement refused its row: a COMMIT refused with the same SQLSTATE
+      // (a full NOTIFY queue) is no fault of the ids, a 500 as for DELETE.
+      if (!isOverDatabaseLimit(error) || !raisedByChangeStatement(error)) throw error
       request.log.info({ resourceId, clientId, reason: (error as Error).message }, 'grant too large to store')
       // A refusal like the 412 and the other 422 (below), so with a token too (docs/scaling.md);
       // without one if the primary cannot say where it is: the 422 is still the answer. Asked
