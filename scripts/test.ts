@@ -9,8 +9,8 @@
 // is answered here, and tap's own reading of its options refuses what it does not know, both
 // before anything is built or a database is made.
 import { existsSync } from 'node:fs'
-import { readdir, rm } from 'node:fs/promises'
-import { join, relative, resolve } from 'node:path'
+import { mkdir, readdir, rm, symlink } from 'node:fs/promises'
+import { join, relative, resolve, sep } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { TapConfig } from '@tapjs/config'
 import { build } from 'esbuild'
@@ -57,10 +57,22 @@ function asBuilt (arg: string): string {
   return join(testBuildDir, path.replace(/\.ts$/, '.js'))
 }
 
-/** Every test file of the build, for a run given none. */
+/**
+ * Every test file of the build, for a run given none, the whole-process suites (test/system) named
+ * through .test-build/first/test/system. tap starts files in the order of their names; those suites
+ * mostly wait on the processes they start, and begun last they left the run's final seconds to a
+ * few of them on an idle core. `first` sorts before `test`, so they begin at once, beside the files
+ * that keep the cores busy.
+ */
 async function everyTestFile (): Promise<string[]> {
   const dir = join(testBuildDir, 'test')
-  return (await readdir(dir, { recursive: true })).filter((file) => file.endsWith('.test.js')).map((file) => join(dir, file)).sort()
+  const first = join(testBuildDir, 'first', 'test')
+  await mkdir(first, { recursive: true })
+  await symlink(join(dir, 'system'), join(first, 'system'), 'dir')
+  return (await readdir(dir, { recursive: true }))
+    .filter((file) => file.endsWith('.test.js'))
+    .map((file) => join(file.startsWith(`system${sep}`) ? first : dir, file))
+    .sort()
 }
 
 /** NODE_OPTIONS that preload test/support/without-process-info (its build) before tap's own import. */
