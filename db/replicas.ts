@@ -34,6 +34,13 @@ export interface ReplicaSetOptions {
 
 interface PrimarySample { lsn: bigint, at: number }
 
+/**
+ * Which server's state a connection reads: its cluster (the system identifier, which a standby
+ * copied from its primary shares and no other cluster does) and its database.
+ */
+interface Identity { system: string, database: string }
+const IDENTITY = '(SELECT system_identifier FROM pg_control_system())::text AS system, current_database() AS database'
+
 const PROBE_DEADLINE_FLOOR_MS = 1000
 
 export class ReplicaSet extends EventEmitter {
@@ -49,6 +56,8 @@ export class ReplicaSet extends EventEmitter {
   readonly #samples: PrimarySample[] = []
   // The primary's first position probed: how long a replica behind it had lagged before is unknown.
   #firstLsn: bigint | undefined
+  // Which cluster and database the primary is, from its last answer: a replica must be the same.
+  #primaryIdentity: Identity | undefined
   #next = 0
   readonly #reportedDown = new Set<Replica>()
   // What each replica was found to lack that the primary has (schemaBehind), by its error's message.
@@ -99,8 +108,9 @@ export class ReplicaSet extends EventEmitter {
     try {
       // Where the primary has written (not inserted: a position inside a WAL page's header, which
       // no standby ever reports, would make an idle primary's replicas look behind for ever).
-      const { rows: [row] } = await this.#primary.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')
+      const { rows: [row] } = await this.#primary.query<{ lsn: string } & Identity>(`SELECT pg_current_wal_lsn()::text AS lsn, ${IDENTITY}`)
       this.primaryReachable = true
+      this.#primaryIdentity = { system: row.system, database: row.database }
       const now = performance.now()
       this.#samples.push({ lsn: parseLsn(row.lsn)!, at: now })
       this.#firstLsn ??= this.#samples[0].lsn
@@ -114,12 +124,22 @@ export class ReplicaSet extends EventEmitter {
     await Promise.all(this.replicas.map(async (replica, index) => {
       const askedAt = performance.now()
       try {
-        const { rows: [row] } = await this.#probes[index].query<{ standby: boolean, lsn: string | null }>(
-          'SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS lsn')
+        const { rows: [row] } = await this.#probes[index].query<{ standby: boolean, lsn: string | null } & Identity>(
+          `SELECT pg_is_in_recovery() AS standby, pg_last_wal_replay_lsn()::text AS lsn, ${IDENTITY}`)
         // Not a standby (promoted, or misconfigured): its position says nothing of the primary's.
         if (!row.standby ||
           // Stryker disable next-line ConditionalExpression: a standby takes connections only once its replay has set a position, so it never answers NULL
           row.lsn === null) throw new Error('not a streaming replica: pg_is_in_recovery() is false')
+        // A standby of another cluster (its positions are another WAL's), or of the primary's
+        // cluster but named with another database: its state is not the primary's. Checked once the
+        // primary has said which it is (before, as with the lag, a stale read beats none).
+        const primary = this.#primaryIdentity
+        if (primary !== undefined && row.system !== primary.system) {
+          throw new Error(`not a replica of the primary: another cluster (system identifier ${row.system}, the primary's ${primary.system})`)
+        }
+        if (primary !== undefined && row.database !== primary.database) {
+          throw new Error(`not a replica of the primary's database: it serves "${row.database}", the primary "${primary.database}"`)
+        }
         // What it has replayed now, even if less than before: a standby restarted, or another one
         // behind the same URL, is only as far as it says.
         replica.replayed = parseLsn(row.lsn)!

@@ -207,6 +207,34 @@ t.test('a URL that is not a standby (the primary\'s): down, with the reason, and
   t.same(events, ['down replica-1: not a streaming replica: pg_is_in_recovery() is false'], 'reported once')
 })
 
+t.test('a standby of another cluster (the test PostgreSQL as the primary): down, with the reason, and never chosen', async (t) => {
+  // The pair's standby is in recovery and answers a position, but of another server's WAL: its
+  // state is not the primary's, nor are its positions comparable with the primary's.
+  const set = replicaSet(t, { primaryUrl: process.env.TEST_DATABASE_URL!, maxLagMs: 600_000 })
+  const events = eventsOf(set)
+  await set.probe()
+  await set.probe()
+  t.equal(set.primaryReachable, true)
+  t.equal(set.replicas[0].up, false)
+  t.equal(set.choose(), 'none_up')
+  t.equal(events.length, 1, 'reported once')
+  t.match(events[0], /^down replica-1: not a replica of the primary: another cluster \(system identifier \d+, the primary's \d+\)$/)
+})
+
+t.test('a standby of the primary named with another database: down, with the reason; the same database again, up', async (t) => {
+  await primary.query('CREATE DATABASE other_database')
+  t.teardown(() => primary.query('DROP DATABASE other_database'))
+  await cluster.waitForReplay()
+  const url = new URL(cluster.replicaUrl)
+  url.pathname = '/other_database'
+  const set = replicaSet(t, { urls: [url.toString(), cluster.replicaUrl] })
+  const events = eventsOf(set)
+  await set.probe()
+  t.equal(set.replicas[0].up, false, 'another database: another state')
+  t.equal(set.replicas[1].up, true, 'the primary\'s database')
+  t.same(events, ['down replica-1: not a replica of the primary\'s database: it serves "other_database", the primary "postgres"'])
+})
+
 t.test('a replica lacking an object the primary has: reported once per replica and object', async (t) => {
   const set = replicaSet(t, { urls: [cluster.replicaUrl, cluster.replicaUrl] })
   const reported: string[] = []
