@@ -636,8 +636,10 @@ export interface components {
          *     replica that has replayed it or else by the primary, so a caller that passes on the latest
          *     token it was given never sees its grants go back in time. Opaque: send it as received. A
          *     value that is not a token answers 400 `invalid-request` with the pointer
-         *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
-         *     state to read.
+         *     `/consistency-token`. A token of a state no server has reached (another deployment's, or
+         *     one given before a failover that lost commits) is answered by the primary, from its
+         *     current state and with its own token, which is older. Without replicas it is checked and
+         *     otherwise ignored: there is one state to read.
          * @example 0/3000148
          */
         ConsistencyToken: string;
@@ -772,8 +774,10 @@ export interface operations {
                  *     replica that has replayed it or else by the primary, so a caller that passes on the latest
                  *     token it was given never sees its grants go back in time. Opaque: send it as received. A
                  *     value that is not a token answers 400 `invalid-request` with the pointer
-                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
-                 *     state to read.
+                 *     `/consistency-token`. A token of a state no server has reached (another deployment's, or
+                 *     one given before a failover that lost commits) is answered by the primary, from its
+                 *     current state and with its own token, which is older. Without replicas it is checked and
+                 *     otherwise ignored: there is one state to read.
                  * @example 0/3000148
                  */
                 "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
@@ -943,8 +947,10 @@ export interface operations {
                  *     replica that has replayed it or else by the primary, so a caller that passes on the latest
                  *     token it was given never sees its grants go back in time. Opaque: send it as received. A
                  *     value that is not a token answers 400 `invalid-request` with the pointer
-                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
-                 *     state to read.
+                 *     `/consistency-token`. A token of a state no server has reached (another deployment's, or
+                 *     one given before a failover that lost commits) is answered by the primary, from its
+                 *     current state and with its own token, which is older. Without replicas it is checked and
+                 *     otherwise ignored: there is one state to read.
                  * @example 0/3000148
                  */
                 "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
@@ -1029,8 +1035,10 @@ export interface operations {
                  *     replica that has replayed it or else by the primary, so a caller that passes on the latest
                  *     token it was given never sees its grants go back in time. Opaque: send it as received. A
                  *     value that is not a token answers 400 `invalid-request` with the pointer
-                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
-                 *     state to read.
+                 *     `/consistency-token`. A token of a state no server has reached (another deployment's, or
+                 *     one given before a failover that lost commits) is answered by the primary, from its
+                 *     current state and with its own token, which is older. Without replicas it is checked and
+                 *     otherwise ignored: there is one state to read.
                  * @example 0/3000148
                  */
                 "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
@@ -1129,8 +1137,10 @@ export interface operations {
                  *     replica that has replayed it or else by the primary, so a caller that passes on the latest
                  *     token it was given never sees its grants go back in time. Opaque: send it as received. A
                  *     value that is not a token answers 400 `invalid-request` with the pointer
-                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
-                 *     state to read.
+                 *     `/consistency-token`. A token of a state no server has reached (another deployment's, or
+                 *     one given before a failover that lost commits) is answered by the primary, from its
+                 *     current state and with its own token, which is older. Without replicas it is checked and
+                 *     otherwise ignored: there is one state to read.
                  * @example 0/3000148
                  */
                 "Consistency-Token"?: components["parameters"]["ConsistencyToken"];
@@ -1222,8 +1232,10 @@ export interface operations {
                  *     replica that has replayed it or else by the primary, so a caller that passes on the latest
                  *     token it was given never sees its grants go back in time. Opaque: send it as received. A
                  *     value that is not a token answers 400 `invalid-request` with the pointer
-                 *     `/consistency-token`. Without replicas it is checked and otherwise ignored: there is one
-                 *     state to read.
+                 *     `/consistency-token`. A token of a state no server has reached (another deployment's, or
+                 *     one given before a failover that lost commits) is answered by the primary, from its
+                 *     current state and with its own token, which is older. Without replicas it is checked and
+                 *     otherwise ignored: there is one state to read.
                  * @example 0/3000148
                  */
                 "Consistency-Token"?: components["parameters"]["ConsistencyToken"];

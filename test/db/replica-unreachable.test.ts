@@ -5,6 +5,7 @@ import { once } from 'node:events'
 import { createServer, type Socket } from 'node:net'
 import t from 'tap'
 import { freePort } from '../../db/embedded-postgres.js'
+import { parseLsn } from '../../db/lsn.js'
 import { historyPath, ordersFixture, ordersPath, tooLargeToGrant } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
@@ -64,6 +65,15 @@ t.test('Consistency-Token with replicas (all down) on reads, changes and a grant
       else t.equal(answer.headers.get('consistency-token'), null, `without replicas: ${name}`)
     }
   }
+})
+
+t.test('a token no server has reached (another deployment\'s): the primary answers, with its own older token, as the spec says', async (t) => {
+  const harness = await build(t, { DATABASE_REPLICA_URLS: closedUrl })
+  await harness.seed(ordersFixture())
+  const ahead = await harness.request(ordersPath(), { token: readToken(), headers: { 'consistency-token': 'FFFFFFFF/FFFFFFFF' } })
+  t.equal(ahead.status, 200)
+  const given = parseLsn(ahead.headers.get('consistency-token')!)
+  t.ok(given !== undefined && given < parseLsn('FFFFFFFF/FFFFFFFF')!, `the primary's own position: ${ahead.headers.get('consistency-token')}`)
 })
 
 t.test('DATABASE_REPLICA_URLS that are not postgres URLs stop the start with a message naming the setting', async (t) => {
