@@ -457,6 +457,22 @@ t.test('HEAD with Accept: text/event-stream answers without starting a stream', 
   t.equal(harness.app.feed.streams, 0)
 })
 
+t.test('Accept with media type parameters (RFC 9110 §12.5.1): text/event-stream; charset=utf-8 is a stream, a JSON preferred with its charset a page', async (t) => {
+  const harness = await build(t)
+  for (const [accept, expected] of [
+    ['text/event-stream; charset=utf-8', 'text/event-stream; charset=utf-8'],
+    ['text/event-stream;charset=UTF-8', 'text/event-stream; charset=utf-8'],
+    ['application/json; charset=utf-8, text/event-stream;q=0.5', 'application/json; charset=utf-8'],
+    ['text/event-stream;q=0.5, application/json;charset=utf-8', 'application/json; charset=utf-8']
+  ] as const) {
+    const s = await stream(t, harness, '', { headers: { accept } })
+    t.equal(s.status, 200, accept)
+    t.equal(s.headers['content-type'], expected, accept)
+    t.equal(s.headers.vary, expected.startsWith('text/event-stream') ? 'Accept, Last-Event-ID' : 'Accept', accept)
+    s.close()
+  }
+})
+
 t.test('the LISTEN connection terminated: logged, changes still arrive, and the listener connects again', async (t) => {
   const logs = captureLogs()
   const harness = await build(t, { LOG_LEVEL: 'warn' }, { logs: logs.stream })

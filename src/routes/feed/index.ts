@@ -15,8 +15,12 @@ type Feed = Operations['listAllPermissionChanges']
 type Query = NonNullable<Feed['parameters']['query']> & { limit: number }
 const { url, schema, config } = operations.listAllPermissionChanges
 
-const EVENT_STREAM = 'text/event-stream'
-const mediaTypes = ['application/json', EVENT_STREAM]
+// Offered as they are sent, with their charset: a media range with parameters matches only a type
+// that has them (RFC 9110 §12.5.1), so `text/event-stream; charset=utf-8` asks for the stream,
+// and `application/json; charset=utf-8, text/event-stream;q=0.5` prefers the page. Offered bare,
+// neither range matched its type: the first got a page, the second a stream.
+const EVENT_STREAM = 'text/event-stream; charset=utf-8'
+const mediaTypes = ['application/json; charset=utf-8', EVENT_STREAM]
 
 const wantsStream = (request: FastifyRequest) =>
   request.method === 'GET' && new Negotiator(request).mediaType(mediaTypes) === EVENT_STREAM
