@@ -48,7 +48,9 @@ export interface paths {
          *     every `FEED_HEARTBEAT_MS` (10 s) keeps gateways from closing an idle stream. With
          *     `resource_id`, an idle stream may also send an `id:` line alone (no data, so no event): the
          *     cursor, past other resources' changes, that EventSource keeps as its `Last-Event-ID`, so that
-         *     a prune of those changes does not answer its resumption 410. A consumer that
+         *     a prune of those changes does not answer its resumption 410; so does, once, a stream opened
+         *     without a cursor that has no change to send, so that its consumer, resuming after a prune of
+         *     changes recorded since, is told 410 instead of starting past them. A consumer that
          *     reads slower than changes arrive is disconnected once more than `FEED_STREAM_BUFFER_BYTES`
          *     wait for it besides the last page it was given, and resumes with `Last-Event-ID`; so is one
          *     that takes none of what waits for it for `FEED_STALL_TIMEOUT_MS` (60 s); beyond `FEED_MAX_STREAMS` open streams on a replica a

@@ -104,7 +104,7 @@ t.test('an idle stream gets a heartbeat comment every FEED_HEARTBEAT_MS, and no 
   await s.until('five heartbeats', () => s.comments.length >= 5, 10_000)
   t.ok(s.comments.every((comment) => comment === 'heartbeat'), 'each ": heartbeat"')
   t.same(s.events, [])
-  t.match(s.text(), /^retry: 1000\n\n(: heartbeat\n\n)+$/, 'nothing else on the wire')
+  t.match(s.text(), /^retry: 1000\n\n: heartbeat\n\n(id: \d+\n\n)(: heartbeat\n\n)+$/, 'nothing else on the wire but, after the first, its cursor once (it has none)')
 })
 
 t.test('a heartbeat due while the stream\'s first page is read waits: the retry field comes first', async (t) => {
@@ -124,7 +124,7 @@ t.test('a heartbeat due while the stream\'s first page is read waits: the retry 
   }
   const s = await opening!
   await s.until('two heartbeats', () => s.comments.length >= 2, 10_000)
-  t.match(s.text(), /^retry: 1000\n\n(: heartbeat\n\n)+$/, 'the retry field first, then heartbeats only')
+  t.match(s.text(), /^retry: 1000\n\n: heartbeat\n\n(id: \d+\n\n)(: heartbeat\n\n)*$/, 'the retry field first, then heartbeats only (and once, its cursor)')
 })
 
 t.test('FEED_MAX_STREAMS=2: a third stream → 503 overloaded with Retry-After, polling still answers; once one closes a new one is admitted', async (t) => {
@@ -363,6 +363,30 @@ t.test('resource_id: an idle stream moves its Last-Event-ID past the other resou
   t.equal(resumed.status, 200, 'resumed as EventSource would: it missed nothing of its resource')
   const fromItsEvent = await stream(t, harness, '?resource_id=quiet-api', { headers: { 'last-event-id': quiet.id } })
   t.equal(fromItsEvent.status, 410, 'from its last event, below the other resource\'s pruned change: it cannot be told what it missed')
+})
+
+t.test('no cursor, nothing sent: an idle stream gives its consumer the cursor once, so coming back after a prune of changes recorded since is a 410, not a silent start past them', async (t) => {
+  const harness = await build(t, { FEED_HEARTBEAT_MS: '100' })
+  // An empty feed: the stream has no event to give, and its consumer no id to keep.
+  const s = await stream(t, harness)
+  await s.until('a Last-Event-ID', () => s.lastEventId !== '', 10_000)
+  await s.until('more heartbeats', () => s.comments.length >= 5, 10_000)
+  t.same(s.events, [], 'no event: EventSource fires none for an id without data')
+  t.equal(cursorBlocks(s.text()).length, 1, 'its cursor once: a stream of every resource sends each change, so nothing else lies past its last event')
+  s.close()
+
+  // While it is away, a change is recorded (long ago, by SQL: the history cannot be aged), then one
+  // kept, and the first is pruned.
+  const { rows: [gone] } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+    VALUES (now() - interval '40 days', 'orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'gone') RETURNING id::text`)
+  t.ok(BigInt(gone.id) > BigInt(s.lastEventId), 'recorded after the cursor it was given')
+  await harness.db.query(`INSERT INTO permission_changes (at, resource_id, client_id, action, permission_ids, request_id)
+    VALUES (now() - interval '2 days', 'orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'kept')`)
+  await poll(harness)
+  t.equal(await pruneChanges(harness.db, 30), 1)
+  const resumed = await stream(t, harness, '', { headers: { 'last-event-id': s.lastEventId } })
+  t.equal(resumed.status, 410, 'resuming as EventSource would: told that a change it never got is gone')
+  t.match(JSON.parse(resumed.text()), { type: '/problems/changes-pruned', pruned_through: gone.id })
 })
 
 t.test('a cursor past every change: the stream is given none of the changes below it, live', async (t) => {

@@ -108,8 +108,12 @@ class EventStream implements FeedSubscriber, OpenStream {
         // One resource's stream: every change of it up to its cursor was sent, and other resources'
         // changes moved the cursor on. Its consumer resumes from there, not from its last event: the
         // prune mark is one for the whole feed, and a prune of those other changes would answer it
-        // 410 for nothing. (Without a filter, nothing lies between the last event and the cursor.)
-        if (this.resourceId !== undefined && this.after > this.#sentThrough) {
+        // 410 for nothing. Without a filter, nothing lies between the last event and the cursor,
+        // but a stream opened without a cursor that has sent nothing (an empty feed) has given its
+        // consumer no id: it would come back without one, from the oldest change kept, past changes
+        // recorded since and pruned before it came back, without a 410 (as a page's link, from no
+        // cursor, goes on from the horizon). It is given the cursor once.
+        if ((this.resourceId !== undefined || this.#sentThrough === -1n) && this.after > this.#sentThrough) {
           this.#sentThrough = this.after
           this.#push(cursorEvent(this.after))
         }
