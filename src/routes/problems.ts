@@ -12,8 +12,10 @@ import { type ProblemType, problemTypeOf, problems, statusPhrase } from '../prob
 const { url, schema, config } = operations.getProblemType
 type ProblemTypeBody = components['schemas']['ProblemType']
 
-const HTML = 'text/html'
-const JSON_TYPE = 'application/json'
+// Offered as they are sent, with their charset: a media range with parameters matches only a type
+// that has them (RFC 9110 §12.5.1), so `application/json; charset=utf-8` asks for the JSON.
+const HTML = 'text/html; charset=utf-8'
+const JSON_TYPE = 'application/json; charset=utf-8'
 // Listed first, so HTML is the answer to no Accept, to */* and to any type offered by neither.
 const mediaTypes = [HTML, JSON_TYPE]
 
@@ -69,7 +71,7 @@ export default async function problemPages (fastify: FastifyInstance) {
       return reply.send(body)
     }
     // Its own policy, kept by the one every other answer gets (src/security-headers.ts, with nosniff).
-    return reply.type('text/html; charset=utf-8').header('content-security-policy', CONTENT_SECURITY_POLICY)
+    return reply.type(HTML).header('content-security-policy', CONTENT_SECURITY_POLICY)
       .send(page(type, problemType))
   })
 }

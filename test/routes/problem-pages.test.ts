@@ -96,7 +96,13 @@ t.test('with Accept: application/json → the catalogue entry as JSON; an Accept
     ['image/png', 'text/html'],
     ['application/json;q=0.5, text/html', 'text/html'],
     ['text/html;q=0.1, application/json', 'application/json'],
-    ['application/*', 'application/json']
+    ['application/*', 'application/json'],
+    // A range with parameters matches only a type that has them (RFC 9110 §12.5.1): both are sent
+    // with charset=utf-8, so these name them; another charset names neither.
+    ['application/json; charset=utf-8', 'application/json'],
+    ['text/html; charset=utf-8;q=0.5, application/json; charset=utf-8', 'application/json'],
+    ['application/json; charset=utf-8;q=0.5, text/html; charset=utf-8', 'text/html'],
+    ['application/json; charset=iso-8859-1', 'text/html']
   ]
   for (const [accept, expected] of cases) {
     const res = await harness.request('/problems/invalid-token', { headers: { accept } })
