@@ -1,9 +1,10 @@
 // npm run -s db:explain [-- GRANTS]: the plans of the service's statements on a large data set.
-// Builds a throwaway embedded cluster (or uses DATABASE_URL, which it fills: use an empty database),
-// generates GRANTS grants (default 1,000,000) inside PostgreSQL with generate_series — the same
-// data as npm run bench (db/bench-data.ts) — and prints EXPLAIN (ANALYZE, BUFFERS) of each
-// statement as the service runs it (prepared, generic plan). A failure (a DATABASE_URL that cannot
-// be reached, or does not answer within MIGRATIONS_CONNECTION_WAIT_MS) is one line and exit 1.
+// Builds a throwaway embedded cluster (or uses DATABASE_URL, which it fills: an empty database, or
+// one holding only its own data), generates GRANTS grants (default 1,000,000) inside PostgreSQL with
+// generate_series — the same data as npm run bench (db/bench-data.ts) — and prints EXPLAIN (ANALYZE,
+// BUFFERS) of each statement as the service runs it (prepared, generic plan). A failure (a
+// DATABASE_URL that cannot be reached, or does not answer within MIGRATIONS_CONNECTION_WAIT_MS, or
+// that holds data of its own) is one line and exit 1.
 import pg from 'pg'
 import { BIG_CLIENT, loadScale, RESOURCE_ID, SMALL_CLIENT } from '../db/bench-data.js'
 import { givenOrThrowawayPostgres } from '../db/embedded-postgres.js'
@@ -21,7 +22,7 @@ const command = {
   usage: 'npm run -s db:explain [-- GRANTS]',
   about: 'Prints EXPLAIN (ANALYZE, BUFFERS) of each of the service\'s statements, prepared as the service runs them,\n' +
     'on GRANTS generated grants (default 1000000, at least 2000; the data of npm run bench). Builds a throwaway\n' +
-    'embedded cluster, or fills DATABASE_URL: give it an empty database.',
+    'embedded cluster, or fills DATABASE_URL: give it an empty database (one holding data of its own is refused).',
   options: {},
   allowPositionals: true
 } satisfies Command
@@ -45,6 +46,26 @@ async function main (args: string[]): Promise<number> {
   return 0
 }
 
+/**
+ * What tells a database that is not db:explain's to fill (a shared or staging one DATABASE_URL
+ * happens to name): a table of another application in a schema without the service's, or a
+ * resource or client that is not the benchmark's. Undefined when empty, or holding only the
+ * benchmark's data (an earlier db:explain or bench, which a larger scale grows).
+ */
+async function dataOfItsOwn (pool: pg.Pool): Promise<string | undefined> {
+  const { rows: [{ service, table }] } = await pool.query<{ service: boolean, table: string | null }>(`
+    SELECT to_regclass('resources') IS NOT NULL AS service,
+      (SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p')
+        ORDER BY relname LIMIT 1) AS table`)
+  if (!service) return table === null ? undefined : `table "${table}"`
+  const { rows: [row] } = await pool.query<{ what: string, id: string }>(`
+    (SELECT 'resource' AS what, id FROM resources WHERE id <> $1 ORDER BY id LIMIT 1)
+    UNION ALL
+    (SELECT 'client', id FROM clients WHERE id NOT IN ($2, $3) AND id NOT LIKE 'filler-%' ORDER BY id LIMIT 1)
+    LIMIT 1`, [RESOURCE_ID, SMALL_CLIENT, BIG_CLIENT])
+  return row && `${row.what} "${row.id}"`
+}
+
 async function explainAll (total: number): Promise<void> {
   const config = loadConfig()
   const database = await givenOrThrowawayPostgres(config.DATABASE_URL)
@@ -55,6 +76,13 @@ async function explainAll (total: number): Promise<void> {
   // The throwaway server stops right after; its goodbye to an idle connection is expected.
   pool.on('error', () => {})
   try {
+    if (config.DATABASE_URL) {
+      const own = await dataOfItsOwn(pool)
+      if (own) {
+        throw new Error(`DATABASE_URL holds data of its own (${own}), and db:explain fills the database it is given with ` +
+          'generated grants: give it an empty database, or unset DATABASE_URL for a throwaway one.')
+      }
+    }
     await migrateDatabase(pool, migrationsDir)
     const started = Date.now()
     const scale = await loadScale(pool, total)

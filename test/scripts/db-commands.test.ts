@@ -225,3 +225,28 @@ t.test('db:migrate and db:seed migrate through MIGRATIONS_DATABASE_URL when it i
   t.match(seeded.stderr, /the database cannot be reached/)
   t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'nothing loaded')
 })
+
+t.test('db:explain on a DATABASE_URL that holds data of its own: refused before anything is written, exit 1', async (t) => {
+  const url = await createTestDatabase(t)
+  const file = join(t.testdir({ 'seed.json': JSON.stringify(validDocument) }), 'seed.json')
+  t.equal((await cli('db-seed.ts', [file], url)).code, 0, 'seeded')
+  const before = await rowCounts(url)
+  // It filled it: a resource, 100,000 permissions, clients and grants of the benchmark's, among the
+  // service's own (a shared or staging database DATABASE_URL happened to name).
+  const run = await cli('explain-queries.ts', ['2000'], url, {}, 120_000)
+  t.equal(run.code, 1, run.stderr)
+  t.equal(run.stdout, '')
+  t.equal(run.stderr, 'No plan was explained: DATABASE_URL holds data of its own (resource "orders-api"), and db:explain fills the database it is given with generated grants: give it an empty database, or unset DATABASE_URL for a throwaway one.\n')
+  t.same(await rowCounts(url), before, 'nothing written')
+
+  // Another application's database (tables, none of the service's): refused too, not migrated.
+  const other = await createTestDatabase(t)
+  const client = new pg.Client({ connectionString: other })
+  await client.connect()
+  t.teardown(() => client.end())
+  await client.query('CREATE TABLE invoices (id int)')
+  const elsewhere = await cli('explain-queries.ts', ['2000'], other, {}, 120_000)
+  t.equal(elsewhere.code, 1, elsewhere.stderr)
+  t.equal(elsewhere.stderr, 'No plan was explained: DATABASE_URL holds data of its own (table "invoices"), and db:explain fills the database it is given with generated grants: give it an empty database, or unset DATABASE_URL for a throwaway one.\n')
+  t.equal(await rowCounts(other), null, 'not migrated')
+})
