@@ -1,7 +1,8 @@
 // npm run db:migrate: applies pending migrations to DATABASE_URL (through MIGRATIONS_DATABASE_URL when
 // set, as the service does), or to the local embedded database, and says which, or that there were
-// none; a failure is one line and exit 1. Run as a process it calls migrateCommand.
-import { migrateDatabase } from '../db/migrate.js'
+// none, or that the database is ahead of this version (migrated by a newer one: exit 0, nothing to
+// apply); a failure is one line and exit 1. Run as a process it calls migrateCommand.
+import { migrateDatabase, migrationsNotKnown } from '../db/migrate.js'
 import { migrationsDir } from '../src/project-root.js'
 import { type Command, type DatabaseIo, isEntryPoint, processOutput, readCommandLine } from '../src/command-line.js'
 import { commandPool, failureOf, withDatabase } from './database.js'
@@ -22,7 +23,13 @@ export async function migrateCommand (args: string[], io: DatabaseIo = { ...proc
       const pool = commandPool(database.migrationsUrl, database)
       try {
         const applied = await migrateDatabase(pool, migrationsDir)
-        io.out(applied.length > 0 ? `Applied: ${applied.join(', ')}` : 'The database is up to date.')
+        // postgres-migrations passes over migrations it has no file for: the database is not "up to
+        // date" with this version, it is ahead of it (a rollback of the service leaves the schema).
+        const notKnown = await migrationsNotKnown(pool, migrationsDir)
+        const ahead = `the database is ahead of this version, migrated by a newer one (it has ${notKnown.join(', ')}, which this version does not know).`
+        if (applied.length > 0) io.out(`Applied: ${applied.join(', ')}`)
+        if (notKnown.length > 0) io.out(applied.length > 0 ? `Yet ${ahead}` : `Nothing was applied: ${ahead}`)
+        else if (applied.length === 0) io.out('The database is up to date.')
       } finally {
         await pool.end()
       }

@@ -250,3 +250,17 @@ t.test('db:explain on a DATABASE_URL that holds data of its own: refused before 
   t.equal(elsewhere.stderr, 'No plan was explained: DATABASE_URL holds data of its own (table "invoices"), and db:explain fills the database it is given with generated grants: give it an empty database, or unset DATABASE_URL for a throwaway one.\n')
   t.equal(await rowCounts(other), null, 'not migrated')
 })
+
+t.test('db:migrate on a database a newer version migrated: nothing applied, and it says the database is ahead, naming what it does not know', async (t) => {
+  const url = await createTestDatabase(t)
+  t.equal((await cli('db-migrate.ts', [], url)).code, 0, 'migrated')
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  t.teardown(() => client.end())
+  // As a newer version leaves it: a migration recorded that this version has no file for. It said
+  // "The database is up to date.", as if this version's schema were the database's.
+  await client.query("INSERT INTO migrations (id, name, hash) VALUES (9001, 'from_a_newer_version', 'x')")
+  const run = await cli('db-migrate.ts', [], url)
+  t.equal(run.code, 0, run.stderr)
+  t.equal(run.stdout, 'Nothing was applied: the database is ahead of this version, migrated by a newer one (it has 9001_from_a_newer_version, which this version does not know).\n')
+})
