@@ -48,13 +48,14 @@ export function commandPool (url: string, { connectionWaitMs, url: databaseUrl, 
 }
 
 /**
- * Why a command failed, in a sentence rather than a stack trace: the configuration, a database that
+ * Why a command failed, in one line rather than a stack trace: the configuration, a database that
  * cannot be reached, or what the database refused. pg's error for a host with several addresses that
  * all refuse is an AggregateError without a message: its code says it.
  */
 export function failureOf (error: unknown): string {
   const { message, code } = error as { message?: string, code?: string }
-  const said = message || code || String(error)
+  // On one line: postgres-migrations says a migration file changed since it was applied on two.
+  const said = (message || code || String(error)).replace(/\s*\n\s*/g, ' ')
   if (isDatabaseUnavailable(error) || /timeout expired|timeout exceeded when trying to connect/i.test(said)) return `the database cannot be reached (${said})`
   const lockWait = lockWaitExpired(error)
   if (lockWait) return `another session holds a lock it needs, for longer than MIGRATIONS_CONNECTION_WAIT_MS: try again once it is released (${lockWait.message})`

@@ -264,3 +264,19 @@ t.test('db:migrate on a database a newer version migrated: nothing applied, and 
   t.equal(run.code, 0, run.stderr)
   t.equal(run.stdout, 'Nothing was applied: the database is ahead of this version, migrated by a newer one (it has 9001_from_a_newer_version, which this version does not know).\n')
 })
+
+t.test('db:migrate on a database whose applied migration differs from its file: one line saying which, exit 1', async (t) => {
+  const url = await createTestDatabase(t)
+  t.equal((await cli('db-migrate.ts', [], url)).code, 0, 'migrated')
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  t.teardown(() => client.end())
+  await client.query("UPDATE migrations SET hash = 'x' WHERE name = 'description_on_grant'")
+  const { code, stdout, stderr } = await cli('db-migrate.ts', [], url)
+  t.equal(code, 1, stderr)
+  t.equal(stdout, '')
+  t.ok(stderr.startsWith('The migrations were not applied: '), stderr)
+  t.match(stderr, /0003_description_on_grant\.sql/)
+  // postgres-migrations says it on two lines.
+  t.equal(stderr.trimEnd().split('\n').length, 1, `one line: ${stderr}`)
+})
