@@ -7,7 +7,7 @@ import { performance } from 'node:perf_hooks'
 import { context } from '@opentelemetry/api'
 import fp from 'fastify-plugin'
 import { databaseErrorSummary, lockWaitExpired } from '../db/errors.js'
-import { migrateDatabase } from '../db/migrate.js'
+import { migrateDatabase, migrationsNotKnown } from '../db/migrate.js'
 import { DatabasePool } from '../db/pool.js'
 import { type ChangeInput, type ChangeOptions, type ChangeResult, grantPermissions, primaryPositionNow, unauthorizePermissions } from '../db/queries/change.js'
 import { type FeedInput, type FeedPage, readFeed } from '../db/queries/feed.js'
@@ -165,6 +165,10 @@ export default fp(async function db (fastify) {
   try {
     const applied = await migrateDatabase(migrationPool, migrationsDir)
     if (applied.length > 0) fastify.log.info({ migrations: applied }, 'database migrated')
+    // A rollback of the service leaves the newer schema (postgres-migrations passes over what it
+    // has no file for): this version serves it, and an operator reading the log should know.
+    const notKnown = await migrationsNotKnown(migrationPool, migrationsDir)
+    if (notKnown.length > 0) fastify.log.warn({ migrations: notKnown }, 'the database is ahead of this version: migrated by a newer one')
   } catch (error) {
     const lockWait = lockWaitExpired(error)
     if (!lockWait) throw error

@@ -19,6 +19,7 @@ import serviceApp from '../../src/app.js'
 import { loadConfig } from '../../src/config.js'
 import { newDatabase } from '../support/database.js'
 import { build } from '../support/harness.js'
+import { captureLogs } from '../support/logs.js'
 import { TEST_SECRET } from '../support/tokens.js'
 
 const plugins = { auth, db, docs, env, lifecycle, 'list-pages': listPages, metrics, pressure }
@@ -95,6 +96,20 @@ t.test('migrations failing for another reason than a lock wait: the start fails 
   const missing = Object.assign(new URL(database.url), { pathname: '/no_such_database' }).toString()
   const outcome = await startOutcome(t, { DATABASE_URL: database.url, MIGRATIONS_DATABASE_URL: missing })
   t.match(outcome, { code: '3D000', message: 'database "no_such_database" does not exist' })
+})
+
+t.test('a database migrated by a newer version (a migration this one has no file for): the start warns, naming it, and serves', async (t) => {
+  const database = await newDatabase({ migrated: true })
+  t.teardown(database.drop)
+  const client = new pg.Client({ connectionString: database.url })
+  await client.connect()
+  await client.query("INSERT INTO migrations (id, name, hash) VALUES (9001, 'from_a_newer_version', 'x')")
+  await client.end()
+  const logs = captureLogs()
+  const started = await build(t, { LOG_LEVEL: 'info' }, { database: { url: database.url, drop: async () => {} }, logs: logs.stream })
+  const warned = logs.lines.filter((line) => line.level === 40 && /ahead of this version/.test(String(line.msg)))
+  t.same(warned.map((line) => line.migrations), [['9001_from_a_newer_version']], 'one warning, naming the migration')
+  t.equal((await started.request('/readyz')).status, 200, 'and it serves')
 })
 
 // Behind a transaction pooler nothing is sent with DATABASE_URL's connections (PgBouncer refuses
