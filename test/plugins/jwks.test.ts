@@ -296,6 +296,18 @@ t.test('a key the provider withdrew stops verifying once the cache ages out, eve
   }))
 })
 
+t.test('a kid two published keys share, past the cooldown: 401 at once, and no fetch (the set is not missing a key, it has one too many)', async (t) => {
+  const twin = signingKey('twin', 'ES256')
+  const twinsTwin = signingKey('twin', 'ES256')
+  const provider = await serve(() => ({ keys: [jwk(first), jwk(twin), jwk(twinsTwin)] }))
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: provider.url, JWKS_COOLDOWN_MS: '100' })
+  t.not((await app.request(ordersPath(), { token: tokenFrom(first) })).status, 401, 'the set fetched, its key verifies')
+  const fetched = provider.requests()
+  await sleep(150) // past the cooldown: an unknown kid now would fetch again
+  t.equal((await app.request(ordersPath(), { token: tokenFrom(twin) })).status, 401)
+  t.equal(provider.requests(), fetched, 'no fetch for it')
+})
+
 t.test('no key set was ever fetched and the provider is down → 503 keys-unavailable, not 401; within the failed fetch\'s cooldown, at once, without a fetch', async (t) => {
   const down = await serve(() => undefined)
   const fresh = await build(t, { JWT_SECRET: '', JWKS_URL: down.url, JWKS_COOLDOWN_MS: '60000' })
