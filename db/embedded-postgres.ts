@@ -5,10 +5,10 @@ import type { ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { constants } from 'node:fs'
-import { access, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises'
+import { access, link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import { createServer } from 'node:net'
-import { dirname, join, resolve } from 'node:path'
+import { basename, dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { endLeftovers, isPostmasterOf, ownedFolder, parentOf, postmasterOf, running } from './cluster-folders.js'
 
@@ -47,9 +47,15 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
 
   const passwordFile = `${dataDir}.password`
   const initialised = await exists(join(dataDir, 'PG_VERSION'))
-  const password = initialised ? (await readFile(passwordFile, 'utf8')).trim() : randomBytes(18).toString('base64url')
-  const server = new EmbeddedPostgres({
-    databaseDir: dataDir,
+  const password = initialised
+    ? await readFile(passwordFile, 'utf8').then((text) => text.trim(), (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'ENOENT') throw error
+      throw new Error(`${dataDir} holds a cluster whose password file ${passwordFile} is missing (an earlier version ` +
+        `stopped while it made the cluster left it so): remove ${dataDir}, and its data with it, to make a new one`)
+    })
+    : ephemeral ? randomBytes(18).toString('base64url') : await lastingPassword(passwordFile)
+  const serverIn = (databaseDir: string) => new EmbeddedPostgres({
+    databaseDir,
     port,
     user: USER,
     password,
@@ -65,10 +71,11 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
     onError: (error: unknown) => log(`error: ${String(error)}`)
   })
   if (!initialised) {
-    await server.initialise()
-    // Kept for the next start of a lasting cluster; a throwaway one never starts again.
-    if (!ephemeral) await writeFile(passwordFile, password + '\n', { mode: 0o600 })
+    // A throwaway cluster's folder is its own; a lasting one is made beside its place (below).
+    if (ephemeral) await serverIn(dataDir).initialise()
+    else await initialiseInPlace(dataDir, serverIn)
   }
+  const server = serverIn(dataDir)
   await server.start().catch((error: unknown) => {
     throw new Error(`PostgreSQL did not start in ${dataDir} on port ${port}${error ? `: ${String(error)}` : ' (is the port in use?)'}`)
   })
@@ -83,6 +90,53 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
       if (child !== undefined && (child.exitCode !== null || child.signalCode !== null)) return
       await server.stop()
     }
+  }
+}
+
+/**
+ * The password of the lasting cluster in `dataDir`, decided before it is made and kept in `file`:
+ * the one there (left by a start stopped before its cluster was in place, or written by another
+ * start making the same cluster at once), else a new one, linked into place so that of two starts
+ * at once both make the cluster with the one that got there first.
+ */
+async function lastingPassword (file: string): Promise<string> {
+  const existing = (await readFile(file, 'utf8').catch(() => undefined))?.trim()
+  if (existing) return existing
+  const made = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`
+  await writeFile(made, randomBytes(18).toString('base64url') + '\n', { mode: 0o600 })
+  try {
+    if (existing === undefined) {
+      await link(made, file).catch((error: NodeJS.ErrnoException) => { if (error.code !== 'EEXIST') throw error })
+    } else {
+      await rename(made, file)
+    }
+  } finally {
+    await rm(made, { force: true })
+  }
+  return (await readFile(file, 'utf8')).trim()
+}
+
+/**
+ * Makes a lasting cluster (initdb) in a folder beside `dataDir`, and moves it into place only once
+ * complete: a start stopped meanwhile (a signal to node alone leaves initdb running on, to the end)
+ * leaves no cluster at `dataDir` to start on, only that folder, which the next start removes once
+ * its maker is gone. Another start that put its cluster in place first wins: this one's copy goes.
+ */
+async function initialiseInPlace (dataDir: string, serverIn: (databaseDir: string) => { initialise: () => Promise<void> }): Promise<void> {
+  const parent = dirname(dataDir)
+  const prefix = `${basename(dataDir)}.init-`
+  for (const name of await readdir(parent)) {
+    const maker = name.startsWith(prefix) ? /^(\d+)-[0-9a-f]+$/.exec(name.slice(prefix.length))?.[1] : undefined
+    if (maker !== undefined && !running(Number(maker))) await rm(join(parent, name), { recursive: true, force: true })
+  }
+  const staging = join(parent, `${prefix}${process.pid}-${randomBytes(4).toString('hex')}`)
+  try {
+    await serverIn(staging).initialise()
+    await rename(staging, dataDir).catch(async (error: NodeJS.ErrnoException) => {
+      if ((error.code !== 'ENOTEMPTY' && error.code !== 'EEXIST') || !await exists(join(dataDir, 'PG_VERSION'))) throw error
+    })
+  } finally {
+    await rm(staging, { recursive: true, force: true })
   }
 }
 

@@ -1,7 +1,7 @@
 // Shutdown as a rolling deploy does it: SIGTERM to the real server process while it is under load.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { request } from 'node:http'
 import { connect, createServer, type Socket } from 'node:net'
 import { join } from 'node:path'
@@ -212,9 +212,12 @@ t.test('SIGTERM with a connection open that has sent nothing: it is closed with 
   t.pass('the spare connection was closed')
 })
 
-/** The server as `npm start` runs it on a laptop (no DATABASE_URL, no NODE_ENV), in a project copy; `detached`: in a process group of its own. */
-async function startedOnEmbedded (t: Test, { detached = false } = {}) {
-  const { args, clusterDir } = await projectCopy(t)
+/**
+ * The server as `npm start` runs it on a laptop (no DATABASE_URL, no NODE_ENV), in a project copy
+ * (`copy`, or a new one); `detached`: in a process group of its own.
+ */
+async function startedOnEmbedded (t: Test, { detached = false, copy }: { detached?: boolean, copy?: { args: string[], clusterDir: string } } = {}) {
+  const { args, clusterDir } = copy ?? await projectCopy(t)
   const child = endsWithTest(spawn(process.execPath, args, {
     env: {
       PATH: process.env.PATH,
@@ -269,6 +272,50 @@ t.test('npm start on the embedded PostgreSQL, Ctrl-C at its terminal (SIGINT to 
   t.equal(code, 0, 'exit code 0', { output: output().slice(-2000) })
   t.ok(Date.now() - signalledAt < 8_000, `within SHUTDOWN_DELAY_MS and seconds, not SHUTDOWN_TIMEOUT_MS (${Date.now() - signalledAt} ms)`)
   t.notOk(running(postgres!), 'PostgreSQL is gone')
+})
+
+/** The PIDs of the processes whose command line holds every one of `words`. */
+function processesWith (...words: string[]): number[] {
+  return readdirSync('/proc').filter((name) => /^\d+$/.test(name)).flatMap((name) => {
+    let commandLine = ''
+    try {
+      commandLine = readFileSync(`/proc/${name}/cmdline`, 'utf8').split('\0').join(' ')
+    } catch {}
+    return words.every((word) => commandLine.includes(word)) ? [Number(name)] : []
+  })
+}
+
+t.test('the first npm start, stopped by SIGTERM while it makes the embedded PostgreSQL: the next one starts and serves', async (t) => {
+  // A process manager's or an IDE's stop reaches node alone, not the initdb it runs: initdb goes on
+  // and completes the cluster. The next start refused it for good (its password file was never
+  // written: ENOENT), and told to change the port.
+  const copy = await projectCopy(t)
+  const child = endsWithTest(spawn(process.execPath, copy.args, {
+    env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', EMBEDDED_POSTGRES_PORT: String(await freePort()), MAX_EVENT_LOOP_DELAY_MS: '0' },
+    stdio: ['ignore', 'pipe', 'pipe']
+  }))
+  t.teardown(() => { child.kill('SIGKILL') })
+  let output = ''
+  child.stdout!.on('data', (chunk) => { output += chunk })
+  child.stderr!.on('data', (chunk) => { output += chunk })
+  const exited = once(child, 'exit')
+  // initdb, held still while node is stopped: the stop comes in the middle of it, however fast it runs.
+  let initdb: number | undefined
+  await until('initdb runs', () => (initdb = processesWith('initdb', '--pgdata=', join(copy.clusterDir, '..'))[0]) !== undefined, 60_000, 10)
+  process.kill(initdb!, 'SIGSTOP')
+  t.teardown(() => { try { process.kill(initdb!, 'SIGKILL') } catch {} })
+  child.kill('SIGTERM')
+  const [code] = await exited
+  t.equal(code, 0, 'the start stopped', { output })
+  process.kill(initdb!, 'SIGCONT')
+  await until('initdb has finished on its own', () => !running(initdb!), 60_000)
+
+  const { child: next, clusterDir, output: nextOutput } = await startedOnEmbedded(t, { copy })
+  t.pass('the next start serves')
+  t.same(readdirSync(join(clusterDir, '..')).sort(), ['dev-jwt-secret', 'postgres', 'postgres.password'], 'nothing half-made left in .data/')
+  next.kill('SIGTERM')
+  const [nextCode] = next.exitCode !== null ? [next.exitCode] : await once(next, 'exit')
+  t.equal(nextCode, 0, 'and stops as usual', { output: nextOutput().slice(-2000) })
 })
 
 /** A server that accepts connections and never answers: a database still starting, as seen from a client. */
