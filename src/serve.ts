@@ -69,8 +69,11 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
     // exit) at the first signal.
     const database = await openLocalDatabase({
       port, takeOver: true, stopsItself: true, log: (message) => console.log(message)
-    }).catch((error: Error) => fail(`Could not start the embedded PostgreSQL (EMBEDDED_POSTGRES_PORT=${port}; ` +
-      `set another port, or DATABASE_URL for a server of your own): ${error.message}`))
+    }).catch(async (error: Error) => {
+      await starting.unlessStopping()
+      return fail(`Could not start the embedded PostgreSQL (EMBEDDED_POSTGRES_PORT=${port}; ` +
+        `set another port, or DATABASE_URL for a server of your own): ${error.message}`)
+    })
     starting.closing(database.stop)
     localDatabase = database
   }
@@ -83,6 +86,8 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
   try {
     await fastify.register(app, { config, tracing })
   } catch (error) {
+    // A signal stopping the start stops the embedded PostgreSQL under it: that stop ends the process.
+    await starting.unlessStopping()
     const reason = isDatabaseUnavailable(error) ? 'the database at DATABASE_URL cannot be reached' : (error as Error).message
     fastify.log.fatal({ err: error }, `could not start: ${reason}`)
     await localDatabase?.stop()
@@ -99,6 +104,7 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
       demoLoaded = `Demo data loaded (db/demo-data.json): try resource_id=${first.resource_id}, client_id=${first.client_id} ` +
         `(${first.permission_ids?.length ?? 0} grants).`
     } catch (error) {
+      await starting.unlessStopping()
       // Data of the developer's own in .data/ (npm run db:seed) that the demo's conflicts with: the
       // service starts on it, none of the demo loaded (one transaction), and says why. Anything else
       // (the database gone) stops the start, in one line as well.
@@ -114,6 +120,7 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
   try {
     await fastify.listen({ host: config.HOST, port: config.PORT })
   } catch (error) {
+    await starting.unlessStopping()
     const sentence = listenFailure(error as NodeJS.ErrnoException, config, fastify.server.listening)
     if (sentence) console.error(sentence)
     else fastify.log.error({ err: error }, 'could not listen')

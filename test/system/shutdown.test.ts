@@ -11,8 +11,10 @@ import { runInNewContext } from 'node:vm'
 import pg from 'pg'
 import t, { type Test } from 'tap'
 import { postmasterPid, running } from '../../db/cluster-folders.js'
-import { freePort } from '../../db/embedded-postgres.js'
+import { freePort, startEmbeddedPostgres } from '../../db/embedded-postgres.js'
+import { migrateDatabase } from '../../db/migrate.js'
 import { seedDatabase } from '../../db/seed.js'
+import { migrationsDir } from '../../src/project-root.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { endsWithTest } from '../support/at-exit.js'
 import { createTestDatabase } from '../support/database.js'
@@ -318,6 +320,66 @@ t.test('the first npm start, stopped by SIGTERM while it makes the embedded Post
   next.kill('SIGTERM')
   const [nextCode] = next.exitCode !== null ? [next.exitCode] : await once(next, 'exit')
   t.equal(nextCode, 0, 'and stops as usual', { output: nextOutput().slice(-2000) })
+})
+
+t.test('npm start stopped by SIGTERM while its embedded PostgreSQL is up and the start still works on it: exit 0, said once, PostgreSQL gone', async (t) => {
+  // The start held in its demo data, deterministically: the cluster made beforehand, migrated,
+  // with a trigger that makes the seed's first insert wait.
+  const copy = await projectCopy(t)
+  const port = await freePort()
+  const made = await startEmbeddedPostgres({ dataDir: copy.clusterDir, port })
+  try {
+    const pool = new pg.Pool({ connectionString: made.url, max: 1 })
+    pool.on('error', () => {})
+    try {
+      await migrateDatabase(pool, migrationsDir)
+      await pool.query(`CREATE FUNCTION hold_the_start () RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(120); RETURN NULL; END $$;
+        CREATE TRIGGER hold_the_start BEFORE INSERT ON resources FOR EACH STATEMENT EXECUTE FUNCTION hold_the_start()`)
+    } finally {
+      await pool.end()
+    }
+  } finally {
+    await made.stop()
+  }
+  const child = endsWithTest(spawn(process.execPath, copy.args, {
+    env: {
+      PATH: process.env.PATH,
+      HOST: '127.0.0.1',
+      PORT: '0',
+      EMBEDDED_POSTGRES_PORT: String(port),
+      MAX_EVENT_LOOP_DELAY_MS: '0',
+      // Longer than the hold: what ends it is the signal.
+      DATABASE_STATEMENT_TIMEOUT_MS: '300000',
+      DATABASE_QUERY_TIMEOUT_MS: '600000'
+    },
+    stdio: ['ignore', 'pipe', 'pipe']
+  }))
+  t.teardown(() => { child.kill('SIGKILL') })
+  let output = ''
+  child.stdout!.on('data', (chunk) => { output += chunk })
+  child.stderr!.on('data', (chunk) => { output += chunk })
+  const exited = once(child, 'exit')
+  const held = async () => {
+    const client = new pg.Client({ connectionString: made.url })
+    client.on('error', () => {})
+    try {
+      await client.connect()
+      const { rows } = await client.query("SELECT 1 FROM pg_stat_activity WHERE query LIKE '%INSERT INTO resources%' AND wait_event = 'PgSleep'")
+      return rows.length > 0
+    } catch {
+      return false
+    } finally {
+      await client.end().catch(() => {})
+    }
+  }
+  await until('the start waits in its demo data', held, 120_000, 200)
+  const postgres = postmasterPid(copy.clusterDir)
+  child.kill('SIGTERM')
+  const [code] = await exited
+  t.equal(code, 0, 'exit 0: stopped as asked, not failed', { output })
+  t.match(output, /SIGTERM while starting: stopped before serving/, 'says why it stopped')
+  t.notMatch(output, /was not loaded|could not start|"level":60/, 'and nothing of the start\'s own failure, which the stop caused')
+  t.notOk(postgres !== undefined && running(postgres), 'PostgreSQL is gone')
 })
 
 /** A server that accepts connections and never answers: a database still starting, as seen from a client. */
