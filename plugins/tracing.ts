@@ -8,7 +8,7 @@ import { context, SpanStatusCode, trace } from '@opentelemetry/api'
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Logger } from 'pino'
-import { hasRequestLines, RequestLines } from '../src/request-lines.js'
+import { hasRequestLines, loggablePath, RequestLines } from '../src/request-lines.js'
 import { requestContext, requestSpan, type Tracing } from '../src/tracing.js'
 
 /**
@@ -97,9 +97,10 @@ export default fp<TracingOptions>(async function tracing (fastify, { tracing }) 
     if (span) {
       // As HTTP's conventions name a server span: the method and the route, never the raw URL.
       span.updateName(`${request.method} ${request.routeOptions.url ?? ''}`.trim())
-      // The path alone, as the conventions define url.path: @fastify/otel gives it the query too,
-      // where a client may have put a token (?access_token=…), which the logs redact.
-      span.setAttribute('url.path', request.url.split('?')[0])
+      // The path alone, as the conventions define url.path: @fastify/otel gives it the query and
+      // fragment too, where a client may have put a token (?access_token=…, #access_token=…), and
+      // a JWT-shaped segment is redacted: as the logs show the URL.
+      span.setAttribute('url.path', loggablePath(request.url))
       const { traceId, spanId } = span.spanContext()
       // Fastify's logger of this request (reply.log is the same one): bound, not wrapped in another child.
       const log = request.log as typeof request.log & Pick<Logger, 'setBindings'>

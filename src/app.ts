@@ -22,7 +22,7 @@ import { registerJsonBodyParser } from './json-body.js'
 import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler } from './error-handler.js'
 import { problems } from './problems.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
-import { RequestLines } from './request-lines.js'
+import { loggableUrl, RequestLines } from './request-lines.js'
 import { setSecurityHeaders } from './security-headers.js'
 import changeFeed from './routes/feed/index.js'
 import healthRoutes from './routes/health.js'
@@ -93,36 +93,6 @@ export function serverOptions (config: Config, { stdoutIsTerminal = false, trace
 // https://github.com/pinojs/pino-pretty: the time of day, the level and the message first; pid and
 // hostname say nothing on a laptop.
 const prettyLogs = { target: 'pino-pretty', options: { translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' } }
-
-// A JWT (its header always opens with `{"`, eyJ in base64url), wherever it is in a URL.
-const JWT_SHAPED = /eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*/g
-// Query parameters named as credentials (access_token, token, Authorization, API-Key, password…),
-// however their names are spelt, cased or percent-encoded.
-const CREDENTIAL_NAME = /token|auth|bearer|jwt|secret|passw|pwd|key|session|cookie|credential|signature/i
-
-function decodedName (name: string): string {
-  try {
-    return decodeURIComponent(name.replaceAll('+', ' '))
-  } catch {
-    return name
-  }
-}
-
-/**
- * The URL as a log line may show it: a client may put a token in the query string under any name
- * (RFC 6750 §2.3's access_token, or another a library picked), or none. Each parameter named as a
- * credential has its value redacted, and so has anything shaped like a JWT; the rest is as sent.
- */
-export function loggableUrl (url: string): string {
-  const start = url.search(/[?#]/)
-  if (start === -1 && !url.includes('eyJ')) return url
-  const path = start === -1 ? url : url.slice(0, start)
-  const query = start === -1
-    ? ''
-    : url.slice(start).replace(/([?#&;])([^?#&;=]*)=([^?#&;]*)/g, (parameter, separator: string, name: string) =>
-      CREDENTIAL_NAME.test(decodedName(name)) ? `${separator}${name}=[redacted]` : parameter)
-  return (path + query).replace(JWT_SHAPED, '[redacted]')
-}
 
 // What a log line says of a request: the route it matched, and the URL without secrets a client
 // may have put in it (loggableUrl).

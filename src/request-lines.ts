@@ -20,3 +20,43 @@ export class RequestLines extends LogController {
     return !hasRequestLines(request)
   }
 }
+
+// A JWT (its header always opens with `{"`, eyJ in base64url), wherever it is in a URL.
+const JWT_SHAPED = /eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*/g
+// Query parameters named as credentials (access_token, token, Authorization, API-Key, password…),
+// however their names are spelt, cased or percent-encoded.
+const CREDENTIAL_NAME = /token|auth|bearer|jwt|secret|passw|pwd|key|session|cookie|credential|signature/i
+
+function decodedName (name: string): string {
+  try {
+    return decodeURIComponent(name.replaceAll('+', ' '))
+  } catch {
+    return name
+  }
+}
+
+/**
+ * The URL as a log line may show it: a client may put a token in the query string under any name
+ * (RFC 6750 §2.3's access_token, or another a library picked), or none. Each parameter named as a
+ * credential has its value redacted, and so has anything shaped like a JWT; the rest is as sent.
+ */
+export function loggableUrl (url: string): string {
+  const start = url.search(/[?#]/)
+  if (start === -1 && !url.includes('eyJ')) return url
+  const path = start === -1 ? url : url.slice(0, start)
+  const query = start === -1
+    ? ''
+    : url.slice(start).replace(/([?#&;])([^?#&;=]*)=([^?#&;]*)/g, (parameter, separator: string, name: string) =>
+      CREDENTIAL_NAME.test(decodedName(name)) ? `${separator}${name}=[redacted]` : parameter)
+  return (path + query).replace(JWT_SHAPED, '[redacted]')
+}
+
+/**
+ * The path of `url` as a span may show it (url.path): up to its query or fragment (the router
+ * ends the path at either), where a client may have put a token, and anything shaped like a JWT
+ * redacted, as in the logs (loggableUrl).
+ */
+export function loggablePath (url: string): string {
+  const end = url.search(/[?#]/)
+  return loggableUrl(end === -1 ? url : url.slice(0, end))
+}

@@ -6,7 +6,7 @@
 // part of the SDK is loaded (only the API, which prom-client uses anyway).
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
-import { createServer } from 'node:http'
+import { createServer, get } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pathToFileURL } from 'node:url'
@@ -232,6 +232,23 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
       .filter((span) => span.traceId === caller.traceId)
     t.equal(spans.find((span) => span.kind === SERVER_KIND)!.attributes['url.path'], ordersPath())
     t.notMatch(JSON.stringify(spans), /not-for-traces/)
+  })
+
+  t.test('a token after a # or shaped like a JWT in the path, both of which the logs redact: not in url.path either', async (t) => {
+    // fetch() drops a fragment: sent as Node's parser takes it, and the router (a # ends the path).
+    const send = (path: string, traceparent: string) => new Promise<number>((resolve, reject) => {
+      get(`${server.url}/`, { path, headers: { traceparent } }, (answer) => { answer.resume().on('end', () => resolve(answer.statusCode!)) }).on('error', reject)
+    })
+    const jwtShaped = 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmVkLWZvci10cmFjZXM'
+    const fragment = callerTraceparent()
+    t.ok(await send(`${ordersPath()}#access_token=fragment-for-traces`, fragment.traceparent) >= 400, 'a fragment with a token, routed')
+    const inPath = callerTraceparent()
+    t.ok(await send(ordersPath('app-a', jwtShaped), inPath.traceparent) >= 400, 'a JWT as the resource id')
+    const requestOf = (spans: ReceivedSpan[], traceId: string) => spans.find((span) => span.traceId === traceId && span.kind === SERVER_KIND)
+    const spans = await receiver.until('both spans', (spans) => requestOf(spans, fragment.traceId) !== undefined && requestOf(spans, inPath.traceId) !== undefined)
+    t.equal(requestOf(spans, fragment.traceId)!.attributes['url.path'], ordersPath(), 'the path alone, without the fragment')
+    t.equal(requestOf(spans, inPath.traceId)!.attributes['url.path'], '/resources/[redacted]/authorized_clients/app-a/permissions', 'the JWT redacted, as in the logs')
+    t.notMatch(JSON.stringify(spans.filter((span) => span.traceId === fragment.traceId || span.traceId === inPath.traceId)), /fragment-for-traces|c2lnbmVkLWZvci10cmFjZXM/)
   })
 
   t.test('a URL Fastify cannot decode, answered before any hook: not traced, one line naming the request', async (t) => {
