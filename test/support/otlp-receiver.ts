@@ -13,6 +13,8 @@ export interface ReceivedSpan {
   spanId: string
   /** Empty for a root span. */
   parentSpanId: string
+  /** W3C tracestate, as the span carries it on (empty when none). */
+  traceState: string
   name: string
   /** OTLP's SpanKind: 2 server, 3 client, 1 internal. */
   kind: number
@@ -35,6 +37,7 @@ interface OtlpSpan {
   traceId: string
   spanId: string
   parentSpanId?: string
+  traceState?: string
   name: string
   kind: number
   attributes?: OtlpKeyValue[]
@@ -61,6 +64,7 @@ export function spansOf (body: Buffer): ReceivedSpan[] {
       traceId: span.traceId,
       spanId: span.spanId,
       parentSpanId: span.parentSpanId ?? '',
+      traceState: span.traceState ?? '',
       name: span.name,
       kind: span.kind,
       attributes: attributesOf(span.attributes),

@@ -100,6 +100,7 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     const request = spans.find((span) => span.kind === SERVER_KIND)!
     t.equal(request.name, LIST_ROUTE, 'named after the route')
     t.equal(request.parentSpanId, caller.parentSpanId, 'the caller\'s span is its parent')
+    t.equal(request.traceState, 'caller=1', 'the caller\'s tracestate carried on')
     t.match(request.attributes, { 'auth.outcome': 'allowed', 'http.request.method': 'GET', 'http.response.status_code': 200 })
     t.notOk('problem.type' in request.attributes, 'no problem')
     t.equal(request.resource['service.name'], 'permissions-under-test', 'OTEL_SERVICE_NAME')
@@ -314,6 +315,18 @@ t.test('traced over OTLP/HTTP with JSON: the caller\'s trace continued down to t
     t.match(request.attributes, { 'auth.outcome': 'missing-credentials', 'problem.type': '/problems/missing-credentials' })
     t.same(request.status, { code: 0 }, 'a 401: status unset')
     for (const line of await requestLines(server, requestId)) t.equal(line.trace_id, request.traceId, `"${String(line.msg)}" names its trace`)
+  })
+
+  t.test('a malformed traceparent is ignored: served, in a trace of its own', async (t) => {
+    const before = new Set(receiver.spans().map((span) => span.spanId))
+    const caller = callerTraceparent()
+    const malformed = ['garbage', `00-${'0'.repeat(32)}-${caller.parentSpanId}-01`, `ff-${caller.traceId}-${caller.parentSpanId}-01`, `00-${caller.traceId}-${caller.parentSpanId}`]
+    for (const traceparent of malformed) {
+      t.equal((await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${reader}`, traceparent } })).status, 200, traceparent)
+    }
+    const roots = (spans: ReceivedSpan[]) => spans.filter((span) => !before.has(span.spanId) && span.kind === SERVER_KIND && span.parentSpanId === '')
+    const spans = roots(await receiver.until('a root span each', (spans) => roots(spans).length >= malformed.length))
+    t.notOk(spans.some((span) => span.traceId === caller.traceId), 'none continues the malformed ones\' trace')
   })
 
   t.test('probes are not traced', async (t) => {
