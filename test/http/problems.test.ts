@@ -16,6 +16,23 @@ t.test('an unknown route → 404 about:blank problem, even with a token', async 
   }
 })
 
+t.test('an unknown route with a body → 404 whatever the body, before it is read: not the 400, 413 or 415 a body of the API gets', async (t) => {
+  const json = { 'content-type': 'application/json' }
+  for (const [label, headers, body] of [
+    ['JSON that does not parse', json, '{bad'],
+    ['over 256 KiB', json, '['.repeat(300 * 1024)],
+    ['content-encoded', { ...json, 'content-encoding': 'gzip' }, '[]'],
+    ['in another charset', { 'content-type': 'application/json; charset=latin1' }, '[]'],
+    ['of another media type', { 'content-type': 'text/plain' }, 'x']
+  ] as const) {
+    for (const [method, path] of [['POST', '/nothing'], ['PUT', '/'], ['POST', '/openapi.json'], ['DELETE', '/docs/static/index.css']]) {
+      const res = await harness.request(path, { method, headers, body })
+      t.equal(res.status, 404, `${method} ${path}, ${label}`)
+      t.match(res.body, { type: 'about:blank', title: 'Not Found', status: 404 }, `${method} ${path}, ${label}`)
+    }
+  }
+})
+
 t.test('a method the spec does not define on a known path → 405 with Allow, before auth and body', async (t) => {
   // Fastify's own methods, and methods Node parses that Fastify does not route by itself.
   for (const method of ['PUT', 'PATCH', 'OPTIONS', 'TRACE', 'QUERY', 'PROPFIND', 'SEARCH', 'M-SEARCH', 'LOCK']) {
