@@ -5,7 +5,7 @@ import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
 import { REQUEST_ID_HEADER, requestIdGiven } from './request-id.js'
-import { NOSNIFF, setSecurityHeaders } from './security-headers.js'
+import { NOSNIFF, NOTHING_POLICY, setSecurityHeaders } from './security-headers.js'
 import { requestSpan } from './tracing.js'
 import { type FieldError, OVERLOADED, Problem, PROBLEM_CONTENT_TYPE, problems, SHUTTING_DOWN, STARTING, statusPhrase } from './problems.js'
 
@@ -226,8 +226,10 @@ export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket
   if (request && status === 408) timedOut.add(request)
   // Without an id, request_id is undefined, which JSON leaves out.
   const body = JSON.stringify({ ...problem.toJSON(), request_id: id })
-  // nosniff, as on every answer (src/security-headers.ts).
-  socket.end(`HTTP/1.1 ${status} ${statusPhrase(status)}\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n${NOSNIFF.name}: ${NOSNIFF.value}\r\n` +
+  // The headers every answer carries (src/security-headers.ts), and the Date Node writes on the
+  // others (RFC 9110 §6.6.1: an origin server with a clock sends it in every 4xx).
+  socket.end(`HTTP/1.1 ${status} ${statusPhrase(status)}\r\nDate: ${new Date().toUTCString()}\r\n` +
+    `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\n${NOSNIFF.name}: ${NOSNIFF.value}\r\nContent-Security-Policy: ${NOTHING_POLICY}\r\n` +
     (id === undefined ? '' : `X-Request-Id: ${id}\r\n`) +
     `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`)
 }

@@ -467,7 +467,10 @@ t.test('clientErrorHandler answers on the socket: 431, 408, 400, and nothing to 
   for (const [code, status, title, detail] of cases) {
     const raw = await answerTo(t, Object.assign(new Error(code), { code }))
     const body = JSON.stringify({ type: 'about:blank', title, status, detail })
-    t.equal(raw, `HTTP/1.1 ${status} ${title}\r\nContent-Type: application/problem+json\r\nX-Content-Type-Options: nosniff\r\n` +
+    const date = /^HTTP\/1\.1 \d+ [^\r]+\r\nDate: ([^\r]+)\r\n/.exec(raw)?.[1] ?? ''
+    t.equal(new Date(date).toUTCString(), date, `${code}: Date, an IMF-fixdate`)
+    t.equal(raw, `HTTP/1.1 ${status} ${title}\r\nDate: ${date}\r\nContent-Type: application/problem+json\r\nX-Content-Type-Options: nosniff\r\n` +
+      'Content-Security-Policy: default-src \'none\'; frame-ancestors \'none\'\r\n' +
       `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`, code)
   }
   t.equal(await answerTo(t, Object.assign(new Error('reset'), { code: 'ECONNRESET' })), '', 'reset')

@@ -42,7 +42,7 @@ t.test('an answer without a policy of its own may not be framed, nor load or run
   t.match((await harness.request('/problems/overloaded')).headers.get('content-security-policy'), /style-src 'sha256-/)
 })
 
-t.test('the answers Node\'s HTTP parser refuses, written on the socket, carry nosniff too', async (t) => {
+t.test('the answers Node\'s HTTP parser refuses, written on the socket, carry nosniff, the policy and a Date too', async (t) => {
   const { port } = new URL(harness.baseUrl)
   const answer = await new Promise<string>((resolve, reject) => {
     let text = ''
@@ -54,4 +54,8 @@ t.test('the answers Node\'s HTTP parser refuses, written on the socket, carry no
   })
   t.match(answer, /^HTTP\/1\.1 400 /)
   t.match(answer, /\r\nX-Content-Type-Options: nosniff\r\n/i)
+  t.match(answer, new RegExp(`\\r\\nContent-Security-Policy: ${API_POLICY}\\r\\n`, 'i'))
+  // RFC 9110 §6.6.1: an origin server with a clock sends Date in every 4xx, as Node does on the others.
+  const date = /\r\nDate: ([^\r]+)\r\n/i.exec(answer)?.[1]
+  t.ok(date && new Date(date).toUTCString() === date, `an IMF-fixdate: ${date}`)
 })
