@@ -116,6 +116,16 @@ function unknownParameterErrors (issue: ValidationIssue, request?: FastifyReques
   })
 }
 
+// A query parameter given more than once (?limit=5&limit=10) reaches validation as an array of its
+// values: its type error would say each value is of the wrong type, when the values may be fine.
+const REPEATED = 'is given more than once; send it once'
+function repeatedParameter (issue: ValidationIssue, request?: FastifyRequest): boolean {
+  // Stryker disable next-line OptionalChaining: a query's validation error always comes with its request
+  const query = request?.query as Record<string, unknown> | undefined
+  // The parameters of the spec are plain names: the pointer is / and the name.
+  return issue.keyword === 'type' && Array.isArray(query?.[issue.instancePath.slice(1)])
+}
+
 function fieldErrors (error: FastifyError, request?: FastifyRequest): FieldError[] {
   const location = validationLocations.get(error.validationContext) ?? 'body'
   return (error.validation as ValidationIssue[]).flatMap((issue) => {
@@ -124,7 +134,7 @@ function fieldErrors (error: FastifyError, request?: FastifyRequest): FieldError
     return [{
       location,
       pointer: issue.instancePath + (typeof named === 'string' ? pointerTo(named) : ''),
-      message: messageOf(issue, location)
+      message: location === 'query' && repeatedParameter(issue, request) ? REPEATED : messageOf(issue, location)
     }]
   })
 }

@@ -96,3 +96,19 @@ t.test('a parameter name holding / or ~ is named by a JSON Pointer (RFC 6901): ~
   const problem = await refused(t, `${ordersPath()}?${encodeURIComponent('a/b~c')}=1`)
   t.same(problem.errors, [{ location: 'query', pointer: '/a~1b~0c', message: 'is not a parameter of this operation' }])
 })
+
+t.test('a parameter given more than once → 400 saying so, not that the values are of the wrong type', async (t) => {
+  const repeated = 'is given more than once; send it once'
+  for (const [path, name] of [
+    [`${ordersPath()}?limit=5&limit=5`, 'limit'],
+    [`${ordersPath()}?sort_by=id&sort_by=name`, 'sort_by'],
+    ['/permission_changes?resource_id=a&resource_id=b', 'resource_id'],
+    [`${history}?limit=1&before=1&limit=2`, 'limit']
+  ]) {
+    const problem = await refused(t, path)
+    t.same(problem.errors, [{ location: 'query', pointer: `/${name}`, message: repeated }], path)
+    t.equal(problem.detail, `query/${name} ${repeated}`, path)
+  }
+  // A value of the wrong type given once is still said to be one.
+  t.same((await refused(t, `${ordersPath()}?limit=five`)).errors, [{ location: 'query', pointer: '/limit', message: 'must be integer' }])
+})
