@@ -240,6 +240,7 @@ async function changeGrantsOnce (pool: pg.Pool, name: string, text: string, inpu
         input.actor.sub ?? null, input.actor.clientId ?? null, input.requestId,
         Array.isArray(input.ifNoneMatch) ? input.ifNoneMatch : null, input.ifNoneMatch === '*'
       ], options)).catch((error: unknown) => {
+      // Stryker disable next-line ConditionalExpression: equivalent: pg rejects a query with an Error only
       if (error instanceof Error) raisedByChange.add(error)
       throw error
     })
