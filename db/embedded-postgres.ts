@@ -5,12 +5,13 @@ import type { ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { constants } from 'node:fs'
-import { access, link, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises'
+import { access, mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import { createServer } from 'node:net'
 import { basename, dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { endLeftovers, isPostmasterOf, ownedFolder, parentOf, postmasterOf, running } from './cluster-folders.js'
+import { keptSecret } from './kept-secret.js'
 
 export interface EmbeddedPostgresOptions {
   /** The cluster's data folder; created and initialised when it holds no cluster yet. */
@@ -53,7 +54,7 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
       throw new Error(`${dataDir} holds a cluster whose password file ${passwordFile} is missing (an earlier version ` +
         `stopped while it made the cluster left it so): remove ${dataDir}, and its data with it, to make a new one`)
     })
-    : ephemeral ? randomBytes(18).toString('base64url') : await lastingPassword(passwordFile)
+    : ephemeral ? randomBytes(18).toString('base64url') : await keptSecret(passwordFile, { bytes: 18 })
   const serverIn = (databaseDir: string) => new EmbeddedPostgres({
     databaseDir,
     port,
@@ -91,29 +92,6 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
       await server.stop()
     }
   }
-}
-
-/**
- * The password of the lasting cluster in `dataDir`, decided before it is made and kept in `file`:
- * the one there (left by a start stopped before its cluster was in place, or written by another
- * start making the same cluster at once), else a new one, linked into place so that of two starts
- * at once both make the cluster with the one that got there first.
- */
-async function lastingPassword (file: string): Promise<string> {
-  const existing = (await readFile(file, 'utf8').catch(() => undefined))?.trim()
-  if (existing) return existing
-  const made = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`
-  await writeFile(made, randomBytes(18).toString('base64url') + '\n', { mode: 0o600 })
-  try {
-    if (existing === undefined) {
-      await link(made, file).catch((error: NodeJS.ErrnoException) => { if (error.code !== 'EEXIST') throw error })
-    } else {
-      await rename(made, file)
-    }
-  } finally {
-    await rm(made, { force: true })
-  }
-  return (await readFile(file, 'utf8')).trim()
 }
 
 /**

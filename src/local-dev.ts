@@ -2,13 +2,12 @@
 // key: an embedded PostgreSQL under .data/ and a generated HS256 secret in .data/ (both git-ignored).
 // Production never gets here: src/server.ts refuses to start without DATABASE_URL and a key, and
 // withLocalDefaults refuses to fill anything in under production rules (src/config.ts isProduction).
-import { randomBytes } from 'node:crypto'
-import { link, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { createSigner } from 'fast-jwt'
 import {
   attachEmbeddedPostgres, isOrphaned, type RunningPostgres, runningPostmaster, startEmbeddedPostgres, stopPostmaster
 } from '../db/embedded-postgres.js'
+import { keptSecret } from '../db/kept-secret.js'
 import { audiencesOf, type Config, hasJwtKey, isProduction } from './config.js'
 import { operations } from './generated/operations.js'
 import { projectRoot } from './project-root.js'
@@ -52,25 +51,7 @@ const SECRET_MIN_LENGTH = 32
  * place, so that `npm start` and `npm run token` making it at once end with one secret, whole.
  */
 export async function localJwtSecret (dataDir = localDataDir): Promise<string> {
-  const file = join(dataDir, 'dev-jwt-secret')
-  const existing = (await readFile(file, 'utf8').catch(() => undefined))?.trim()
-  if (existing !== undefined && existing.length >= SECRET_MIN_LENGTH) return existing
-  const secret = randomBytes(32).toString('base64url')
-  await mkdir(dataDir, { recursive: true })
-  const made = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`
-  await writeFile(made, secret + '\n', { mode: 0o600 })
-  try {
-    if (existing === undefined) {
-      // Fails if another process linked its secret first: that one is kept.
-      await link(made, file).catch((error: NodeJS.ErrnoException) => { if (error.code !== 'EEXIST') throw error })
-    } else {
-      await rename(made, file)
-    }
-  } finally {
-    await rm(made, { force: true })
-  }
-  // What is in place now: this process's secret, or the one another linked first.
-  return (await readFile(file, 'utf8')).trim()
+  return await keptSecret(join(dataDir, 'dev-jwt-secret'), { bytes: 32, minLength: SECRET_MIN_LENGTH })
 }
 
 /**
