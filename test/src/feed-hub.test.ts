@@ -345,12 +345,15 @@ t.test('a cursor exactly at the prune mark missed nothing; a cursor past every c
 t.test('a subscriber at the shared reader\'s cursor joins it with no read of its own; after everyone left, the next to join sets where it reads from', async (t) => {
   const { pool, hub, record, firstPage, reads, idle } = await setUp(t)
   await record(1, 0)
-  // A transaction holding an id keeps the horizon (the server's xmin) where it is: two first pages
-  // read now end at the same cursor.
+  // A transaction holding an id keeps the horizon (the server's xmin) where it is, once every older
+  // one (another test file's, in the same cluster) has ended: two first pages read then end at the
+  // same cursor.
   const pin = await pool.connect()
   try {
     await pin.query('BEGIN')
-    await pin.query('SELECT pg_current_xact_id()')
+    const { rows: [{ xid }] } = await pin.query<{ xid: string }>('SELECT pg_current_xact_id()::text AS xid')
+    await until('the pin the oldest transaction running', async () =>
+      (await pool.query<{ xmin: string }>('SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin')).rows[0].xmin === xid)
     const first = consumer()
     await hub.follow(first.subscriber, await firstPage())
     await idle()
