@@ -71,7 +71,7 @@ let validateSeed: ValidateFunction<SeedData> | undefined
 
 export class SeedError extends Error {}
 
-/** Throws a SeedError listing every way `data` does not fit the seed format, an id listed twice included. */
+/** Throws a SeedError listing every way `data` does not fit the seed format, an id (or a resource's permission name) listed twice included. */
 export function assertSeedData (data: unknown): asserts data is SeedData {
   // Compiled on first use: the server and most tests import this module only to seed, and the
   // compilation cost each of their processes about 50 ms of CPU.
@@ -86,6 +86,20 @@ export function assertSeedData (data: unknown): asserts data is SeedData {
         if (earlier === undefined) first.set(id, index)
         else repeated.push(`${list}[${index}] "${id}": the id is also ${list}[${earlier}]'s`)
       }
+    }
+    // A name listed twice for one resource (unique within it, as the spec says): the database
+    // refused the second as conflicting with "an existing row", the file's own, after db:seed had
+    // migrated the database for a file that could never load.
+    // An entry whose id is a repeat is named above already.
+    const named = new Map<string, number>()
+    const ids = new Set<string>()
+    for (const [index, { id, resource_id: resourceId, name }] of (data.permissions ?? []).entries()) {
+      if (ids.has(id)) continue
+      ids.add(id)
+      const key = JSON.stringify([resourceId, name])
+      const earlier = named.get(key)
+      if (earlier === undefined) named.set(key, index)
+      else repeated.push(`permissions[${index}] "${id}": the name "${name}" is also permissions[${earlier}]'s on resource "${resourceId}"`)
     }
     if (repeated.length === 0) return
     throw new SeedError(`The seed file is not valid:\n  ${repeated.join('\n  ')}`)

@@ -228,6 +228,30 @@ t.test('an id listed twice (a resource, a client, a permission) is refused, nami
   }
 })
 
+t.test('a permission name listed twice for one resource is refused before the database, naming both entries: the database said "an existing row" of the file\'s own', async (t) => {
+  const { url, pool } = await migratedPool(t)
+  const document = {
+    resources: [{ id: 'a-api' }, { id: 'b-api' }],
+    permissions: [
+      { id: 'p_read', resource_id: 'a-api', name: 'read:a' },
+      // The same name on another resource is allowed: names are unique within their resource.
+      { id: 'p_read_b', resource_id: 'b-api', name: 'read:a' },
+      { id: 'p_read_again', resource_id: 'a-api', name: 'read:a' }
+    ]
+  }
+  // Refused by the format's check alone, which db:seed runs before it touches (or migrates) a database.
+  t.throws(() => { assertSeedData(document) }, {
+    name: 'Error',
+    message: 'The seed file is not valid:\n  permissions[2] "p_read_again": the name "read:a" is also permissions[0]\'s on resource "a-api"'
+  })
+  t.type(await refusal(pool, document), SeedError)
+  t.same(await rowCounts(url), { resources: 0, clients: 0, permissions: 0, authorizations: 0, grants: 0 }, 'nothing loaded')
+  // One entry listed twice whole: named once, as an id listed twice.
+  t.throws(() => { assertSeedData({ ...document, permissions: [document.permissions[0], document.permissions[0]] }) }, {
+    message: 'The seed file is not valid:\n  permissions[1] "p_read": the id is also permissions[0]\'s'
+  })
+})
+
 t.test('an authorization listed twice is merged: its grants are the union, and it is counted once', async (t) => {
   const { url, pool } = await migratedPool(t)
   const document: SeedData = {
