@@ -1,4 +1,4 @@
-// The only file that listens (src/server.ts, the entry point, starts it). Reads the configuration, and on a laptop (NODE_ENV unset, development
+// The only file that listens on PORT (src/server.ts, the entry point, starts it; METRICS_PORT is plugins/metrics.ts's). Reads the configuration, and on a laptop (NODE_ENV unset, development
 // or test, and no DATABASE_URL) starts the embedded PostgreSQL with demo data and prints a token to
 // try the API with. Any other NODE_ENV gets production rules: no gap is filled locally.
 import { randomUUID } from 'node:crypto'
