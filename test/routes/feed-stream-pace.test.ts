@@ -173,12 +173,16 @@ t.test('a consumer that stops reading while live is cut for it after FEED_STALL_
 })
 
 t.test('a consumer reading slowly, with bytes waiting for it for longer than FEED_STALL_TIMEOUT_MS, is not cut: it takes some between heartbeats', async (t) => {
-  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(64 * 1024 ** 2), FEED_HEARTBEAT_MS: '100', FEED_STALL_TIMEOUT_MS: '2000' })
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(64 * 1024 ** 2), FEED_HEARTBEAT_MS: '100', FEED_STALL_TIMEOUT_MS: '5000' })
   await harness.seed(ordersFixture())
   // Live as soon as it is open (its first page is short, and with this bound it waits for no room), then
   const slow = await stream(t, harness, '', { paused: true })
-  // several MB more than its sockets hold, which it reads at about 2 MB a second: bytes
-  // wait for it for several stall timeouts, and the kernel lets more in every second or so.
+  // twice changesBeyondSocketBuffers() (here 25 MB, 17 MB more than its sockets hold), which it
+  // reads at 2 MB a second at most: bytes wait for it for 8 s at least, longer than the stall
+  // timeout however fast the machine. The kernel lets more in once about 1.5 MB more was read (a
+  // third of the send buffer): every second or so, up to 1.7 s with cores shared by other test
+  // files; a stall timeout of 2 s, with half the changes, cut it there.
+  await recordBeyondSocketBuffers(harness)
   const recorded = await recordBeyondSocketBuffers(harness)
   slow.res.on('data', (chunk: Buffer) => {
     slow.pause()
