@@ -154,9 +154,19 @@ t.test('not before: nbf 40 s ahead → 401 not valid yet (never 500); 10 s ahead
 })
 
 t.test('a token refused as not valid yet is accepted as soon as its nbf comes within the tolerance: the refusal is not kept', async (t) => {
-  // nbf 31 s ahead: refused for about another second under the 30 s tolerance.
-  const early = token({ scope: 'read:resource', nbf: now() + 31 })
-  isInvalidToken(t, await get(bearer(early)), 'nbf in 31 s', 'The access token is not valid yet')
+  // nbf 31 s ahead (in whole seconds): refused under the 30 s tolerance until the next whole second,
+  // which may be a millisecond away. An acceptance answered after that second began says nothing:
+  // a new token then. One answered before it is the refusal not made.
+  let early = ''
+  let first: ObservedResponse | undefined
+  for (let attempt = 0; attempt < 10 && first === undefined; attempt++) {
+    const nbf = now() + 31
+    early = token({ scope: 'read:resource', nbf })
+    const answer = await get(bearer(early))
+    if (answer.status !== 200 || Date.now() < (nbf - 30) * 1000) first = answer
+  }
+  if (!first) return t.fail('no answer came while the token was not valid yet, in ten tries')
+  isInvalidToken(t, first, 'nbf in 31 s', 'The access token is not valid yet')
   await until('the same token accepted', async () => (await get(bearer(early))).status === 200, 10_000)
   t.pass('accepted once valid')
 })
