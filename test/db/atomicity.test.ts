@@ -153,6 +153,31 @@ async function postWaiting (t: Test, harness: Harness, ids: CycleIds) {
   return { pending, pid: pid! }
 }
 
+/**
+ * The POST, once the administrator's first UPDATE holds p1's row, and then the administrator's
+ * second UPDATE, in this order of waits: the POST holds c2's authorization while a lock on the
+ * history's table (which only its change statement takes) holds it back; the administrator's
+ * UPDATE then waits for c2's authorization (0010); only then does the change statement go on, to
+ * wait for p1's row. The POST closes the cycle, so its own look for a deadlock (once,
+ * deadlock_timeout after it began to wait) finds it, however late the administrator came: had the
+ * administrator's wait begun after that look, only its own (10 s) would have found the cycle, and
+ * failed the administrator. Answers the POST's answer to come and the administrator's UPDATE, which
+ * ends once the attempt it waited for has failed.
+ */
+async function cycleClosedByPost (t: Test, harness: Harness, ids: CycleIds, admin: pg.PoolClient) {
+  const history = await harness.db.connect()
+  t.teardown(() => history.release())
+  await history.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE')
+  const pending = harness.request(`/resources/${ids.resource}/authorized_clients/${ids.c2}/permissions`, {
+    method: 'POST', token: token({ scope: 'create:resource' }), json: [ids.p1]
+  })
+  t.ok(await lockWaiter(harness.db, { statement: '%INSERT INTO grants%', event: 'relation' }), 'the POST holds c2\'s authorization, its change statement held back')
+  const second = admin.query(`UPDATE permissions SET description = 'second' WHERE id = '${ids.p2}'`)
+  t.ok(await lockWaiter(harness.db, { pid: backendPid(admin) }), 'the administrator waits for c2\'s authorization')
+  await history.query('COMMIT')
+  return { pending, second }
+}
+
 async function grantedOnce (t: Test, harness: Harness, ids: CycleIds, [first, second]: [string, string]) {
   const { rows } = await harness.db.query(`SELECT permission_id, permission_description FROM grants WHERE client_id = '${ids.c2}' ORDER BY 1`)
   t.same(rows, [
@@ -183,9 +208,9 @@ t.test('a POST that PostgreSQL fails to break a deadlock is run again → 204, g
       const admin = await harness.db.connect()
       t.teardown(() => admin.release())
       await admin.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'first' WHERE id = '${ids.p1}'`)
-      const { pending } = await postWaiting(t, harness, ids)
       // The administrator's second UPDATE waits for c2's authorization (0010): the cycle.
-      await admin.query(`UPDATE permissions SET description = 'second' WHERE id = '${ids.p2}'`)
+      const { pending, second } = await cycleClosedByPost(t, harness, ids, admin)
+      await second
       await admin.query('COMMIT')
       const res = await pending
       t.equal(res.status, 204, res.text)
