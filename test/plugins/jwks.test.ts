@@ -250,8 +250,8 @@ t.test('a key the provider withdrew stops verifying once the cache ages out, eve
   // Tokens the set cannot serve through no fault of the provider's: an unknown kid, a kid two
   // published keys share, an alg no key set can hold. None may count as a failed fetch, which would
   // keep the old keys for a cooldown (here far longer than the cache's age).
-  const twin = signingKey('twin', 'RS256')
-  const twinsTwin = signingKey('twin', 'RS256')
+  const twin = signingKey('twin', 'ES256')
+  const twinsTwin = signingKey('twin', 'ES256')
   // Nor may a published key that cannot be imported: a private key (a provider's blunder), an EC
   // point off its curve.
   const leaked = signingKey('leaked', 'RS256')
