@@ -84,7 +84,7 @@ t.test('two Content-Type lines are one field (RFC 9110 §5.3): refused 415 as th
   t.match(await change('Content-Type: application/json, text/plain\r\n'), /^HTTP\/1\.1 415 /, 'one line')
   const twoLines = await change('Content-Type: application/json\r\nContent-Type: text/plain\r\n')
   t.match(twoLines, /^HTTP\/1\.1 415 /, 'two lines')
-  t.match(bodyOf(twoLines), { type: 'about:blank', status: 415 })
+  t.match(bodyOf(twoLines), { type: 'about:blank', status: 415, detail: 'The body must be application/json.' })
   t.ok(await granted('p_read_orders'), 'nothing was removed')
 })
 

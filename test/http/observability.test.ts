@@ -49,6 +49,9 @@ t.test('a body malformed on the wire, answered on the socket before Fastify coul
   t.match(received, /^HTTP\/1\.1 400 /)
   t.match(received, /\r\nX-Request-Id: bad-chunk-1\r\n/i, 'echoed as on every answer')
   t.match(JSON.parse(received.slice(received.indexOf('\r\n\r\n') + 4)), { status: 400, request_id: 'bad-chunk-1' })
+  // Its body's read then fails: logged as what the client was told, not as a time-out.
+  const told = await waitFor((line) => line.reqId === 'bad-chunk-1' && typeof line.status === 'number', 'the answer logged')
+  t.equal(told.status, 400)
 })
 
 t.test('log lines are JSON with the request id, route, status and latency; tokens never appear', async (t) => {

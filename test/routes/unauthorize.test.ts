@@ -209,13 +209,23 @@ t.test('JSON in another charset or content-encoded → 415; bytes that are not U
   t.ok((await grantsOf()).includes('p_read_orders'), 'nothing removed')
 })
 
+t.test('a body item of the wrong type, beside a query parameter of the same name given twice → 400 about the body item, whose value was given once', async (t) => {
+  // The body is validated before the query: its error names /0, as ?0= would.
+  const res = await harness.request(`${ordersPath()}?0=a&0=b`, { method: 'DELETE', token: deleteToken(), json: [1] })
+  t.equal(res.status, 400)
+  const { errors } = res.body as { errors: Array<{ location: string, pointer: string, message: string }> }
+  t.match(errors, [{ location: 'body', pointer: '/0' }])
+  t.notMatch(errors[0].message, /more than once/)
+  t.equal((await grantsOf()).length, 10)
+})
+
 t.test('a Content-Type whose parameters are not name=value → 400 naming the header, nothing removed', async (t) => {
   for (const contentType of ['application/json; charset', 'application/json; charset="utf-8', 'application/json; charset=latin1 x']) {
     const res = await harness.request(ordersPath(), {
       method: 'DELETE', token: deleteToken(), headers: { 'content-type': contentType }, body: '["p_read_orders"]'
     })
     t.equal(res.status, 400, contentType)
-    t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'header', pointer: '/content-type' }] }, contentType)
+    t.match(res.body, { type: '/problems/invalid-request', errors: [{ location: 'header', pointer: '/content-type', message: /^must be a media type with parameters of the form name=value/ }] }, contentType)
   }
   t.equal((await grantsOf()).length, 10)
 })
