@@ -120,7 +120,9 @@ const areas: Area[] = [
     name: 'feed',
     mutate: ['src/feed-hub.ts', 'src/feed-events.ts', 'plugins/feed.ts', 'db/change-listener.ts', 'src/routes/feed/**/*.ts'],
     // The hub and the LISTEN connection on their own first: about a second each, against a real database.
-    testFiles: ['test/src/feed-hub.test.ts', 'test/db/change-listener.test.ts', 'test/routes/feed-stream.test.ts', 'test/routes/feed-stream-pace.test.ts', 'test/routes/feed.test.ts'],
+    testFiles: ['test/src/feed-hub.test.ts', 'test/db/change-listener.test.ts', 'test/routes/feed-stream.test.ts', 'test/routes/feed-stream-pace.test.ts', 'test/routes/feed.test.ts',
+      // a poll with a Consistency-Token is read where the token's state is (a replica behind it: the primary).
+      'test/system/replicas.test.ts'],
     // The stream's tests mostly wait (heartbeats, a transaction held open, a paused consumer).
     concurrency: 6
   }

@@ -163,6 +163,10 @@ t.test('replay paused: with the DELETE\'s token the removed grant is gone (the p
   const staleHistory = await call(relaxed, 'GET', historyPath())
   const freshHistory = await call(relaxed, 'GET', historyPath(), { 'consistency-token': consistency })
   t.equal((freshHistory.body as unknown[]).length, (staleHistory.body as unknown[]).length + 1, 'the history read with the token has the DELETE')
+  // And the change feed's poll (once the primary's horizon is past the DELETE's change).
+  const staleFeed = await call(relaxed, 'GET', '/permission_changes')
+  await until('the feed read with the token has the DELETE', async () =>
+    ((await call(relaxed, 'GET', '/permission_changes', { 'consistency-token': consistency })).body as unknown[]).length === (staleFeed.body as unknown[]).length + 1, 10_000)
   // Each answer's token is at least the one sent: a caller passing on the latest never goes back.
   t.ok(fresh.headers.get('consistency-token'))
   await cluster.resumeReplay()
