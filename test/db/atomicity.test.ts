@@ -124,11 +124,6 @@ async function seedCycle (harness: Harness, n: number): Promise<CycleIds> {
   return ids
 }
 
-/** Waits until a backend other than those of `not` waits for a lock in the grant statement; its pid. */
-async function grantWaiting (harness: Harness, not: number[] = []): Promise<number | undefined> {
-  return await lockWaiter(harness.db, { statement: '%INSERT INTO grants%', except: not })
-}
-
 /**
  * The guard's transaction asks for c2's authorization's advisory lock, queued behind the attempt
  * that holds it: once that attempt fails, the guard holds the lock, and the next attempt waits for
@@ -141,42 +136,55 @@ async function queueGuard (t: Test, harness: Harness, guard: pg.PoolClient, ids:
 }
 
 /**
- * The POST, once the administrator's first UPDATE holds p1's row: it holds c2's authorization and
- * waits for p1's row (its description check, 0008). Answers its answer to come and the pid waiting.
+ * A lock on the history's table, which only the change statement takes, on a connection of its
+ * own, taken anew for each attempt of the POST: an attempt that starts while it is held takes c2's
+ * authorization (its locks come before the change statement) and then waits for it.
  */
-async function postWaiting (t: Test, harness: Harness, ids: CycleIds) {
-  const pending = harness.request(`/resources/${ids.resource}/authorized_clients/${ids.c2}/permissions`, {
-    method: 'POST', token: token({ scope: 'create:resource' }), json: [ids.p1]
-  })
-  const pid = await grantWaiting(harness)
-  t.ok(pid, 'the POST waits for the administrator')
-  return { pending, pid: pid! }
+async function historyLock (t: Test, harness: Harness) {
+  const history = await harness.db.connect()
+  t.teardown(() => history.release())
+  return {
+    take: async () => { await history.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE') },
+    release: async () => { await history.query('COMMIT') }
+  }
+}
+type HistoryLock = Awaited<ReturnType<typeof historyLock>>
+
+/** Waits until an attempt of the POST (a backend not of `except`) holds c2's authorization, its change statement held back by the history's lock; its pid. */
+async function attemptHeld (t: Test, harness: Harness, attempt: string, except: number[] = []): Promise<number> {
+  const pid = await lockWaiter(harness.db, { statement: '%INSERT INTO grants%', event: 'relation', except })
+  t.ok(pid, `${attempt} holds c2's authorization, its change statement held back`)
+  return pid!
 }
 
 /**
- * The POST, once the administrator's first UPDATE holds p1's row, and then the administrator's
- * second UPDATE, in this order of waits: the POST holds c2's authorization while a lock on the
- * history's table (which only its change statement takes) holds it back; the administrator's
- * UPDATE then waits for c2's authorization (0010); only then does the change statement go on, to
- * wait for p1's row. The POST closes the cycle, so its own look for a deadlock (once,
+ * The administrator's second UPDATE, once p1's row is the administrator's and c2's authorization
+ * an attempt's, held back by the history's lock: the UPDATE is seen waiting for c2's
+ * authorization (0010), and only then does the lock go and the attempt's change statement go on,
+ * to wait for p1's row. The attempt closes the cycle, so its own look for a deadlock (once,
  * deadlock_timeout after it began to wait) finds it, however late the administrator came: had the
  * administrator's wait begun after that look, only its own (10 s) would have found the cycle, and
- * failed the administrator. Answers the POST's answer to come and the administrator's UPDATE, which
- * ends once the attempt it waited for has failed.
+ * failed the administrator. Returns once the UPDATE has gone on: the attempt has failed.
  */
-async function cycleClosedByPost (t: Test, harness: Harness, ids: CycleIds, admin: pg.PoolClient) {
-  const history = await harness.db.connect()
-  t.teardown(() => history.release())
-  await history.query('BEGIN; LOCK TABLE permission_changes IN ACCESS EXCLUSIVE MODE')
-  const pending = harness.request(`/resources/${ids.resource}/authorized_clients/${ids.c2}/permissions`, {
-    method: 'POST', token: token({ scope: 'create:resource' }), json: [ids.p1]
-  })
-  t.ok(await lockWaiter(harness.db, { statement: '%INSERT INTO grants%', event: 'relation' }), 'the POST holds c2\'s authorization, its change statement held back')
-  const second = admin.query(`UPDATE permissions SET description = 'second' WHERE id = '${ids.p2}'`)
+async function cycleClosedByAttempt (t: Test, harness: Harness, ids: CycleIds, admin: pg.PoolClient, history: HistoryLock, description: string): Promise<unknown> {
+  const update = admin.query(`UPDATE permissions SET description = '${description}' WHERE id = '${ids.p2}'`)
   t.ok(await lockWaiter(harness.db, { pid: backendPid(admin) }), 'the administrator waits for c2\'s authorization')
-  await history.query('COMMIT')
-  return { pending, second }
+  await history.release()
+  return await update
 }
+
+/**
+ * A statement timeout far above the default 5 s (half of it for the locks): an attempt is held back
+ * for as long as the test takes to set its cycle up, and the next waits for the guard meanwhile. A
+ * test process stalled for a few seconds must not see an attempt cut off (a 503) instead of failed
+ * by its deadlock.
+ */
+const patientAttempts = { DATABASE_STATEMENT_TIMEOUT_MS: '20000', DATABASE_QUERY_TIMEOUT_MS: '30000' }
+
+/** The POST of p1 to c2, to be answered. */
+const postP1 = (harness: Harness, ids: CycleIds) => harness.request(`/resources/${ids.resource}/authorized_clients/${ids.c2}/permissions`, {
+  method: 'POST', token: token({ scope: 'create:resource' }), json: [ids.p1]
+})
 
 async function grantedOnce (t: Test, harness: Harness, ids: CycleIds, [first, second]: [string, string]) {
   const { rows } = await harness.db.query(`SELECT permission_id, permission_description FROM grants WHERE client_id = '${ids.c2}' ORDER BY 1`)
@@ -208,9 +216,12 @@ t.test('a POST that PostgreSQL fails to break a deadlock is run again → 204, g
       const admin = await harness.db.connect()
       t.teardown(() => admin.release())
       await admin.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'first' WHERE id = '${ids.p1}'`)
+      const history = await historyLock(t, harness)
+      await history.take()
+      const pending = postP1(harness, ids)
+      await attemptHeld(t, harness, 'the POST')
       // The administrator's second UPDATE waits for c2's authorization (0010): the cycle.
-      const { pending, second } = await cycleClosedByPost(t, harness, ids, admin)
-      await second
+      await cycleClosedByAttempt(t, harness, ids, admin, history, 'second')
       await admin.query('COMMIT')
       const res = await pending
       t.equal(res.status, 204, res.text)
@@ -222,26 +233,32 @@ t.test('a POST that PostgreSQL fails to break a deadlock is run again → 204, g
 // Two administrators, one after the other, each closing a cycle with one attempt of the POST: the
 // third attempt is granted. A guard queues for the authorization's advisory lock behind the first
 // attempt, so the second waits for it until the first administrator has committed and the second
-// holds p1's row.
+// holds p1's row. Each attempt closes its cycle itself (cycleClosedByAttempt).
 t.test('a POST failed by two deadlocks in a row is run a third time → 204, granted once', async (t) => {
-  const harness = await build(t)
+  const harness = await build(t, patientAttempts)
   const ids = await seedCycle(harness, 1)
-  const [admin, guard, nextAdmin] = [await harness.db.connect(), await harness.db.connect(), await harness.db.connect()]
-  t.teardown(() => { admin.release(); guard.release(); nextAdmin.release() })
+  // One administrator after the other, on one connection: the first commits before the second
+  // begins (with the guard's and the history lock's, and one to look at the waits, the four
+  // connections of harness.db).
+  const [admin, guard] = [await harness.db.connect(), await harness.db.connect()]
+  t.teardown(() => { admin.release(); guard.release() })
+  const history = await historyLock(t, harness)
   await admin.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'first' WHERE id = '${ids.p1}'`)
-  const { pending, pid } = await postWaiting(t, harness, ids)
+  await history.take()
+  const pending = postP1(harness, ids)
+  const pid = await attemptHeld(t, harness, 'the first attempt')
   const { guarded } = await queueGuard(t, harness, guard, ids, 'the first attempt')
-  await admin.query(`UPDATE permissions SET description = 'second' WHERE id = '${ids.p2}'`)
+  await cycleClosedByAttempt(t, harness, ids, admin, history, 'second')
   await admin.query('COMMIT')
   await guarded
   t.pass('the guard holds the advisory lock: the first attempt was failed')
   // The second administrator holds p1's row before the second attempt goes on.
-  await nextAdmin.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'third' WHERE id = '${ids.p1}'`)
+  await admin.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'third' WHERE id = '${ids.p1}'`)
+  await history.take()
   await guard.query('COMMIT')
-  const pid2 = await grantWaiting(harness, [pid])
-  t.ok(pid2, 'the second attempt waits for the second administrator')
-  await nextAdmin.query(`UPDATE permissions SET description = 'fourth' WHERE id = '${ids.p2}'`)
-  await nextAdmin.query('COMMIT')
+  await attemptHeld(t, harness, 'the second attempt', [pid])
+  await cycleClosedByAttempt(t, harness, ids, admin, history, 'fourth')
+  await admin.query('COMMIT')
   const res = await pending
   t.equal(res.status, 204, res.text)
   await grantedOnce(t, harness, ids, ['third', 'fourth'])
@@ -251,28 +268,26 @@ t.test('a POST failed by two deadlocks in a row is run a third time → 204, gra
 // none for a fourth: the change gives up after its third attempt (a 500, the spec's 503s say outage
 // or overload). A fourth attempt, had there been one, would have been granted once the third
 // administrator committed. The guard holds the authorization's advisory lock between attempts, so
-// that each attempt waits for it until its administrator holds p1's row.
+// that each attempt waits for it until its administrator holds p1's row; each attempt closes its
+// cycle itself (cycleClosedByAttempt).
 t.test('a POST failed by a deadlock on each of its three attempts → 500 after the third, nothing granted: no fourth attempt', async (t) => {
-  const harness = await build(t)
+  const harness = await build(t, patientAttempts)
   const ids = await seedCycle(harness, 1)
   // One administrator after another, on one connection: each commits before the next begins.
   const [guard, admin] = [await harness.db.connect(), await harness.db.connect()]
   t.teardown(() => { guard.release(); admin.release() })
-  const waited: number[] = []
+  const history = await historyLock(t, harness)
+  const attempts: number[] = []
   let pending: ReturnType<Harness['request']> | undefined
   for (let n = 0; n < 3; n++) {
     await admin.query(`BEGIN; SET LOCAL deadlock_timeout = '10s'; UPDATE permissions SET description = 'admin ${n + 1}' WHERE id = '${ids.p1}'`)
-    if (n === 0) {
-      pending = harness.request(`/resources/${ids.resource}/authorized_clients/${ids.c2}/permissions`, {
-        method: 'POST', token: token({ scope: 'create:resource' }), json: [ids.p1]
-      })
-    } else await guard.query('COMMIT')
-    const pid = await grantWaiting(harness, waited)
-    t.ok(pid, `attempt ${n + 1} waits for administrator ${n + 1}`)
-    waited.push(pid!)
+    await history.take()
+    if (n === 0) pending = postP1(harness, ids)
+    else await guard.query('COMMIT')
+    attempts.push(await attemptHeld(t, harness, `attempt ${n + 1}`, attempts))
     const guarded = n < 2 ? (await queueGuard(t, harness, guard, ids, `attempt ${n + 1}`)).guarded : undefined
-    // The administrator's second UPDATE closes the cycle: the attempt is failed, the UPDATE goes on.
-    await admin.query(`UPDATE permissions SET description = 'admin ${n + 1}' WHERE id = '${ids.p2}'`)
+    // The administrator's second UPDATE goes on once the attempt is failed.
+    await cycleClosedByAttempt(t, harness, ids, admin, history, `admin ${n + 1}`)
     await admin.query('COMMIT')
     await guarded
   }
@@ -280,8 +295,8 @@ t.test('a POST failed by a deadlock on each of its three attempts → 500 after 
   t.equal(res.status, 500, res.text)
   const { rows } = await harness.db.query(`SELECT permission_id FROM grants WHERE client_id = '${ids.c2}' ORDER BY 1`)
   t.same(rows, [{ permission_id: ids.p2 }], 'nothing granted')
-  const history = await harness.db.query(`SELECT 1 FROM permission_changes WHERE client_id = '${ids.c2}'`)
-  t.equal(history.rowCount, 0, 'no history')
+  const changes = await harness.db.query(`SELECT 1 FROM permission_changes WHERE client_id = '${ids.c2}'`)
+  t.equal(changes.rowCount, 0, 'no history')
 })
 
 // An authorization made by another writer after the change's locks and deleted by a third while the
