@@ -3,7 +3,7 @@
 // clusters of an owner killed with SIGKILL (a test runner's timeout). Such an owner runs no
 // teardown and no exit hook, and its postmasters outlive it, holding their RAM and ports for good.
 import { existsSync, readFileSync } from 'node:fs'
-import { chmod, mkdtemp, readdir, readFile, rm, stat, statfs, writeFile } from 'node:fs/promises'
+import { chmod, mkdtemp, readdir, readFile, rename, rm, stat, statfs, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -20,6 +20,12 @@ const MEMORY_FOLDER_ROOM = 2 * 1024 ** 3
 const OWNER_FILE = 'owner'
 /** How long the servers of a folder whose owner is gone get to stop (immediate shutdown) before the folder goes. */
 const LEFTOVER_BOUND_MS = 5_000
+/**
+ * A folder older than this without an owner file was left by an owner killed as it made it (the
+ * file is the first thing put in it, whole, by a rename): nothing was started in it. Younger, it
+ * may be a start in progress.
+ */
+const UNOWNED_AGE_MS = 60_000
 
 /** /dev/shm when it is a tmpfs with 2 GiB free, else undefined. */
 async function memoryFolder (): Promise<string | undefined> {
@@ -48,14 +54,19 @@ export async function temporaryFolder (prefix: string, { inMemory = false } = {}
 /** A temporary folder (as temporaryFolder) that names this process as its owner, for endLeftovers(). */
 export async function ownedFolder (prefix: string, options: { inMemory?: boolean } = {}): Promise<string> {
   const dir = await temporaryFolder(prefix, options)
-  await writeFile(join(dir, OWNER_FILE), processIdentity(process.pid) ?? '')
+  // Written beside, then renamed: an owner killed while writing leaves no owner file rather than
+  // half of one, and such a folder is swept once old enough (endLeftovers).
+  await writeFile(join(dir, `${OWNER_FILE}.new`), processIdentity(process.pid) ?? '')
+  await rename(join(dir, `${OWNER_FILE}.new`), join(dir, OWNER_FILE))
   return dir
 }
 
 /**
  * Ends the clusters in the owned folders of `prefix` whose owner is gone, and removes those
- * folders; `dataDirs` names the clusters' data folders inside each. A folder whose owner file is
- * not whole is left alone: it may be a start in progress. A postmaster is signalled only while its
+ * folders; `dataDirs` names the clusters' data folders inside each. A folder without an owner file
+ * is removed once older than a minute (its owner was killed making it), and left alone before: it
+ * may be a start in progress. One whose owner file names no process (a system without /proc) is
+ * left alone. A postmaster is signalled only while its
  * command line names its data folder, so a process that has since taken its PID is not. Best
  * effort: servers that do not stop within the bound are left with their folder, and the caller's
  * own start goes on.
@@ -66,7 +77,12 @@ export async function endLeftovers (prefix: string, dataDirs: string[]): Promise
     folders.push(...(await readdir(root)).filter((name) => name.startsWith(prefix)).map((name) => join(root, name)))
   }
   for (const dir of folders) {
-    const owner = await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => '')
+    const owner = await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => undefined)
+    if (owner === undefined) {
+      const made = await stat(dir).then(({ mtimeMs }) => mtimeMs, () => Date.now())
+      if (Date.now() - made > UNOWNED_AGE_MS) await rm(dir, { recursive: true, force: true }).catch(() => {})
+      continue
+    }
     if (!/^\d+ \d+$/.test(owner) || processIdentity(Number(owner.split(' ')[0])) === owner) continue
     const postmasters = dataDirs.map((name) => join(dir, name)).flatMap((dataDir) => {
       const pid = postmasterPid(dataDir)

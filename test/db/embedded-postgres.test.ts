@@ -5,12 +5,12 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
-import { rm, statfs } from 'node:fs/promises'
+import { readdir, rm, statfs, utimes } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { basename, dirname } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
-import { postmasterPid, quit, running, temporaryFolder } from '../../db/cluster-folders.js'
+import { endLeftovers, ownedFolder, postmasterPid, quit, running, temporaryFolder } from '../../db/cluster-folders.js'
 import { isOrphaned, startThrowawayPostgres } from '../../db/embedded-postgres.js'
 import { testDatabaseUrl } from '../support/database.js'
 import { reportThenSigkill } from '../support/killed-fixture.js'
@@ -80,4 +80,19 @@ t.test('a start ends the throwaway cluster of a process killed with SIGKILL, rem
     t.same((await client.query('SELECT 1 AS one')).rows, [{ one: 1 }], 'a cluster in use still answers')
     await client.end()
   }
+})
+
+t.test('a folder without an owner file (its owner killed as it made it) is swept once a minute old; younger, or owned by a live process, it is left', async (t) => {
+  const prefix = `client-permissions-sweep-${process.pid}-`
+  const unownedOld = await temporaryFolder(prefix, { inMemory: true })
+  const unownedYoung = await temporaryFolder(prefix, { inMemory: true })
+  const ownedOld = await ownedFolder(prefix, { inMemory: true })
+  t.teardown(() => Promise.all([unownedOld, unownedYoung, ownedOld].map((folder) => rm(folder, { recursive: true, force: true }))))
+  t.same((await readdir(ownedOld)).sort(), ['owner'], 'an owned folder holds its owner file, whole, and nothing half-written beside it')
+  const twoMinutesAgo = new Date(Date.now() - 120_000)
+  for (const folder of [unownedOld, ownedOld]) await utimes(folder, twoMinutesAgo, twoMinutesAgo)
+  await endLeftovers(prefix, ['pg'])
+  t.notOk(existsSync(unownedOld), 'no owner file, two minutes old: removed')
+  t.ok(existsSync(unownedYoung), 'no owner file, just made: left (a start in progress)')
+  t.ok(existsSync(ownedOld), 'owned by this live process: left')
 })
