@@ -33,9 +33,11 @@ export function registerJsonBodyParser (fastify: FastifyInstance): void {
   fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     // Node's parser takes any transfer codings before a final chunked, and undoes chunked alone:
     // a gzip one would be read as if there were none (RFC 9112 §6.1: refuse what is not understood).
-    const transfer = request.headers['transfer-encoding']
+    // The mark on a line of its own: on the comparison's, it would hide toUpperCase() for
+    // toLowerCase() too, which refuses every chunked body.
     // Stryker disable next-line MethodExpression: Node's parser strips the whitespace around a header's value already
-    if (transfer !== undefined && transfer.trim().toLowerCase() !== 'chunked') {
+    const transfer = request.headers['transfer-encoding']?.trim()
+    if (transfer !== undefined && transfer.toLowerCase() !== 'chunked') {
       return done(problems.malformedBody('The body must not be sent with a transfer coding other than chunked.'), undefined)
     }
     const coding = request.headers['content-encoding']
