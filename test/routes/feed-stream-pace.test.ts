@@ -177,18 +177,20 @@ t.test('a consumer reading slowly, with bytes waiting for it for longer than FEE
   await harness.seed(ordersFixture())
   // Live as soon as it is open (its first page is short, and with this bound it waits for no room), then
   const slow = await stream(t, harness, '', { paused: true })
-  // twice changesBeyondSocketBuffers() (here 25 MB, 17 MB more than its sockets hold), which it
-  // reads at 2 MB a second at most: bytes wait for it for 8 s at least, longer than the stall
-  // timeout however fast the machine. The kernel lets more in once about 1.5 MB more was read (a
-  // third of the send buffer): every second or so, up to 1.7 s with cores shared by other test
-  // files; a stall timeout of 2 s, with half the changes, cut it there.
-  await recordBeyondSocketBuffers(harness)
-  const recorded = await recordBeyondSocketBuffers(harness)
+  // twice changesBeyondSocketBuffers() (here 25 MB, 17 MB more than its sockets hold), recorded
+  // faster than it reads them, at 2 MB a second at most: bytes wait for it for 8 s at least,
+  // longer than the stall timeout however fast the machine. The kernel lets more in once about
+  // 1.5 MB more was read (a third of the send buffer): every second or so, up to 1.7 s with cores
+  // shared by other test files; a stall timeout of 2 s, with half the changes, cut it there. It
+  // reads from the start: paused while the changes were recorded, with bytes waiting, it could be
+  // cut before it read any, were the recording slower than the timeout.
   slow.res.on('data', (chunk: Buffer) => {
     slow.pause()
     setTimeout(() => { slow.resume() }, Math.ceil(chunk.length / 2000))
   })
   slow.resume()
+  await recordBeyondSocketBuffers(harness)
+  const recorded = await recordBeyondSocketBuffers(harness)
   await slow.until('every change', () => slow.events.length >= recorded, 120_000)
   t.equal(slow.events.length, recorded)
   t.equal(slow.outcome, undefined, 'still open')
