@@ -106,7 +106,6 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
     }
     // Stryker disable next-line BooleanLiteral: equivalent: the client is there from here on (or closed), and start() looks no further then
     this.#connecting = false
-    // Stryker disable next-line ConditionalExpression: practically unobservable: lost only between LISTEN's answer and this turn of microtasks
     if (lost) return
     if (this.#closed) {
       await client.end().catch(() => {})

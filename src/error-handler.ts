@@ -123,7 +123,9 @@ function repeatedParameter (issue: ValidationIssue, request?: FastifyRequest): b
   // Stryker disable next-line OptionalChaining: a query's validation error always comes with its request
   const query = request?.query as Record<string, unknown> | undefined
   // The parameters of the spec are plain names: the pointer is / and the name.
-  // Stryker disable next-line ConditionalExpression: every query parameter has a type, and Ajv checks no other keyword of it on an array
+  // (Its `issue.keyword === 'type'` as true survives mutation: every query parameter has a type,
+  // and Ajv checks no other keyword of it on an array. Not marked: a mark would also hide the
+  // line's mutants that tests kill.)
   return issue.keyword === 'type' && Array.isArray(query?.[issue.instancePath.slice(1)])
 }
 
@@ -213,7 +215,8 @@ export function clientErrorHandler (error: NodeJS.ErrnoException, socket: Socket
     // any, or ended it (Connection: close).
     inFlight.once('finish', () => {
       waitingForEarlierAnswers.delete(socket)
-      // Stryker disable next-line ConditionalExpression: a socket Node ended (Connection: close) only fails the write, and its error listener drops that
+      // (As true it survives mutation: a socket Node ended (Connection: close) only fails the
+      // write, and its error listener drops that. Not marked: a mark would also hide `false`.)
       if (socket.writable) clientErrorHandler(error, socket)
     })
     return
