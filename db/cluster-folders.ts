@@ -77,10 +77,16 @@ export async function endLeftovers (prefix: string, dataDirs: string[]): Promise
     folders.push(...(await readdir(root)).filter((name) => name.startsWith(prefix)).map((name) => join(root, name)))
   }
   for (const dir of folders) {
-    const owner = await readFile(join(dir, OWNER_FILE), 'utf8').catch(() => undefined)
+    // Absent ('ENOENT'), or unreadable for another reason: then left alone, as one not whole.
+    const owner = await readFile(join(dir, OWNER_FILE), 'utf8').catch((error: NodeJS.ErrnoException) => error.code === 'ENOENT' ? undefined : '')
     if (owner === undefined) {
       const made = await stat(dir).then(({ mtimeMs }) => mtimeMs, () => Date.now())
-      if (Date.now() - made > UNOWNED_AGE_MS) await rm(dir, { recursive: true, force: true }).catch(() => {})
+      // A server running in it all the same (a folder of a version before owner files): left.
+      const serving = dataDirs.some((name) => {
+        const pid = postmasterPid(join(dir, name))
+        return pid !== undefined && running(pid)
+      })
+      if (Date.now() - made > UNOWNED_AGE_MS && !serving) await rm(dir, { recursive: true, force: true }).catch(() => {})
       continue
     }
     if (!/^\d+ \d+$/.test(owner) || processIdentity(Number(owner.split(' ')[0])) === owner) continue

@@ -5,9 +5,9 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync } from 'node:fs'
-import { readdir, rm, statfs, utimes } from 'node:fs/promises'
+import { mkdir, readdir, rm, statfs, utimes, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { basename, dirname } from 'node:path'
+import { basename, dirname, join } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
 import { endLeftovers, ownedFolder, postmasterPid, quit, running, temporaryFolder } from '../../db/cluster-folders.js'
@@ -82,17 +82,23 @@ t.test('a start ends the throwaway cluster of a process killed with SIGKILL, rem
   }
 })
 
-t.test('a folder without an owner file (its owner killed as it made it) is swept once a minute old; younger, or owned by a live process, it is left', async (t) => {
+t.test('a folder without an owner file (its owner killed as it made it) is swept once a minute old; younger, owned by a live process, or with a server running in it, it is left', async (t) => {
   const prefix = `client-permissions-sweep-${process.pid}-`
   const unownedOld = await temporaryFolder(prefix, { inMemory: true })
   const unownedYoung = await temporaryFolder(prefix, { inMemory: true })
   const ownedOld = await ownedFolder(prefix, { inMemory: true })
-  t.teardown(() => Promise.all([unownedOld, unownedYoung, ownedOld].map((folder) => rm(folder, { recursive: true, force: true }))))
+  // Without an owner file but with a server running in it (a folder of a version before owner
+  // files): its postmaster.pid names a live process, this one.
+  const unownedServing = await temporaryFolder(prefix, { inMemory: true })
+  await mkdir(join(unownedServing, 'pg'))
+  await writeFile(join(unownedServing, 'pg', 'postmaster.pid'), `${process.pid}\n`)
+  t.teardown(() => Promise.all([unownedOld, unownedYoung, ownedOld, unownedServing].map((folder) => rm(folder, { recursive: true, force: true }))))
   t.same((await readdir(ownedOld)).sort(), ['owner'], 'an owned folder holds its owner file, whole, and nothing half-written beside it')
   const twoMinutesAgo = new Date(Date.now() - 120_000)
-  for (const folder of [unownedOld, ownedOld]) await utimes(folder, twoMinutesAgo, twoMinutesAgo)
+  for (const folder of [unownedOld, ownedOld, unownedServing]) await utimes(folder, twoMinutesAgo, twoMinutesAgo)
   await endLeftovers(prefix, ['pg'])
   t.notOk(existsSync(unownedOld), 'no owner file, two minutes old: removed')
   t.ok(existsSync(unownedYoung), 'no owner file, just made: left (a start in progress)')
   t.ok(existsSync(ownedOld), 'owned by this live process: left')
+  t.ok(existsSync(unownedServing), 'no owner file, two minutes old, a server running in it: left')
 })
