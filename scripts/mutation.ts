@@ -176,6 +176,11 @@ async function main (args: string[]): Promise<number> {
     // names when they differ (after npm ci, tap's default set), so build it here the same way.
     if (await runBin('tap', ['build'], env) !== 0) return ['tap build']
     const shared = JSON.parse(await readFile(join(projectRoot, 'stryker.config.json'), 'utf8'))
+    // Stryker runs each test file with node alone, where tap times a file out after its default
+    // 30 s; `npm test` gives a file package.json's tap timeout. The same here, or a file that waits
+    // longer (routes/feed-stream-pace, about 36 s) fails the area's first run.
+    const { tap: { timeout: tapTimeout } } = JSON.parse(await readFile(join(projectRoot, 'package.json'), 'utf8')) as { tap: { timeout: number } }
+    const strykerEnv = { ...env, TAP_TIMEOUT: String(tapTimeout) }
     const configDir = await mkdtemp(join(tmpdir(), 'client-permissions-stryker-'))
     const failedAreas: string[] = []
     try {
@@ -193,7 +198,7 @@ async function main (args: string[]): Promise<number> {
           ...(incremental ? { incremental, incrementalFile: join('reports', 'mutation', `${area.name}.incremental.json`) } : {})
         }))
         console.log(`\n# mutation: ${area.name} (${area.mutate.join(', ')})`)
-        if (await runBin('stryker', ['run', configFile], env) !== 0) failedAreas.push(area.name)
+        if (await runBin('stryker', ['run', configFile], strykerEnv) !== 0) failedAreas.push(area.name)
       }
     } finally {
       await rm(configDir, { recursive: true, force: true })
