@@ -12,23 +12,32 @@ import { parse } from 'yaml'
 import { PUBLISHED_SECRETS } from '../../src/config.js'
 import { projectRoot } from '../../src/project-root.js'
 
-if (spawnSync('docker-compose', ['version'], { stdio: 'ignore' }).status !== 0) {
+/** `docker-compose config` with only these variables (and PATH) in its environment, and these profiles on. */
+function composeConfig (env: Record<string, string>, profiles: string[] = []) {
+  const args = [...profiles.flatMap((profile) => ['--profile', profile]), 'config']
+  const run = spawnSync('docker-compose', args, { cwd: projectRoot, env: { PATH: process.env.PATH, ...env }, encoding: 'utf8' })
+  return { missing: run.error !== undefined, status: run.status, stderr: run.stderr, config: run.status === 0 ? parse(run.stdout) : undefined }
+}
+
+const secret = randomBytes(32).toString('base64')
+// Each run of docker-compose costs about half a second of CPU, on cores the other test files
+// share: the plain deployment is resolved once, and once with every variable the tests choose
+// (each of its own value, so one taken for another shows).
+const deployment = composeConfig({ JWT_SECRET: secret })
+if (deployment.missing) {
   // CI installs it (.ci/run); elsewhere: apt-get install docker-compose.
   if (process.env.CI) throw new Error('docker-compose is not installed, and CI must check docker-compose.yml')
   t.plan(0, 'docker-compose is not installed (apt-get install docker-compose): the compose test is skipped')
   process.exit(0)
 }
-
-/** `docker-compose config` with only these variables (and PATH) in its environment, and these profiles on. */
-function composeConfig (env: Record<string, string>, profiles: string[] = []) {
-  const args = [...profiles.flatMap((profile) => ['--profile', profile]), 'config']
-  const run = spawnSync('docker-compose', args, { cwd: projectRoot, env: { PATH: process.env.PATH, ...env }, encoding: 'utf8' })
-  return { status: run.status, stderr: run.stderr, config: run.status === 0 ? parse(run.stdout) : undefined }
-}
-
-const secret = randomBytes(32).toString('base64')
-// Each run of docker-compose costs about a second: the plain deployment is resolved once.
-const deployment = composeConfig({ JWT_SECRET: secret })
+const chosen = composeConfig({
+  JWT_SECRET: secret,
+  GATEWAY_HOST_IP: '0.0.0.0',
+  GATEWAY_HOST_PORT: '8080',
+  TRUST_PROXY: 'true',
+  POSTGRES_PASSWORD: 'another-local-password',
+  POSTGRES_REPLICATION_PASSWORD: 'chosen'
+})
 const replicas = ['service-1', 'service-2']
 
 t.test('without JWT_SECRET the deployment does not resolve, and says which variable is missing', async (t) => {
@@ -50,12 +59,12 @@ t.test('with a secret of one\'s own: the replicas get it, in production, and no 
 
 t.test('the gateway is published on 127.0.0.1 unless GATEWAY_HOST_IP says otherwise', async (t) => {
   t.same(deployment.config.services.gateway.ports, ['127.0.0.1:3000:3000/tcp'])
-  t.same(composeConfig({ JWT_SECRET: secret, GATEWAY_HOST_IP: '0.0.0.0', GATEWAY_HOST_PORT: '8080' }).config.services.gateway.ports, ['0.0.0.0:8080:3000/tcp'])
+  t.same(chosen.config.services.gateway.ports, ['0.0.0.0:8080:3000/tcp'])
   for (const name of replicas) t.notOk(deployment.config.services[name].ports, `${name} publishes nothing`)
 })
 
 t.test('the replicas trust forwarded headers from the gateway\'s fixed address only', async (t) => {
-  const { config } = composeConfig({ JWT_SECRET: secret, TRUST_PROXY: 'true' })
+  const { config } = chosen
   const gatewayAddress = config.services.gateway.networks.default.ipv4_address
   t.match(gatewayAddress, /^\d+\.\d+\.\d+\.\d+$/)
   t.match(config.networks.default.ipam.config[0].subnet, new RegExp(`^${gatewayAddress.split('.').slice(0, 3).join('\\.')}\\.`), 'inside the network\'s range')
@@ -83,7 +92,7 @@ t.test('a streaming replica of postgres, from the same image, made with pg_baseb
 })
 
 t.test('service-1 and service-2 read from postgres-replica, as DATABASE_URL\'s user of its database, and start once it is healthy', async (t) => {
-  const { config } = composeConfig({ JWT_SECRET: secret, POSTGRES_PASSWORD: 'another-local-password' })
+  const { config } = chosen
   const credentials = (url: URL) => [url.protocol, url.username, url.password, url.port, url.pathname]
   for (const name of replicas) {
     const { environment, depends_on: dependsOn } = config.services[name]
@@ -104,7 +113,7 @@ t.test('the replication password comes from POSTGRES_REPLICATION_PASSWORD, the s
   const [primary, replica] = environmentOf(deployment.config)
   t.ok(primary, 'a local default')
   t.equal(replica, primary)
-  t.same(environmentOf(composeConfig({ JWT_SECRET: secret, POSTGRES_REPLICATION_PASSWORD: 'chosen' }).config), ['chosen', 'chosen'])
+  t.same(environmentOf(chosen.config), ['chosen', 'chosen'])
 })
 
 interface Service { image?: string, profiles?: string[], depends_on?: Record<string, unknown>, ports?: string[], volumes?: string[], environment?: Record<string, string> }
