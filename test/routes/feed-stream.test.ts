@@ -15,6 +15,7 @@ import fp from 'fastify-plugin'
 import t from 'tap'
 import feed from '../../plugins/feed.js'
 import { pruneChanges } from '../../db/queries/history.js'
+import { FEED_PAGE_SIZE } from '../../src/feed-events.js'
 import type { FeedSubscriber } from '../../src/feed-hub.js'
 import { checkContract } from '../support/contract.js'
 import { lockWaiter, newDatabase } from '../support/database.js'
@@ -105,6 +106,25 @@ t.test('an idle stream gets a heartbeat comment every FEED_HEARTBEAT_MS, and no 
   t.ok(s.comments.every((comment) => comment === 'heartbeat'), 'each ": heartbeat"')
   t.same(s.events, [])
   t.match(s.text(), /^retry: 1000\n\n: heartbeat\n\n(id: \d+\n\n)(: heartbeat\n\n)+$/, 'nothing else on the wire but, after the first, its cursor once (it has none)')
+})
+
+t.test('a stream of every resource resumed from its last event: idle, it sends no id, though the feed\'s cursor moves on past it', async (t) => {
+  const harness = await build(t, { FEED_HEARTBEAT_MS: '100' })
+  await harness.seed(ordersFixture())
+  await fourChanges(harness)
+  const [last] = (await poll(harness)).slice(-1)
+  const s = await stream(t, harness, '', { headers: { 'last-event-id': last.id } })
+  // A subscriber of the test's own, live beside the stream: the shared reader moves both cursors
+  // in one pass, so once this one is past the stream's Last-Event-ID, so is the stream's.
+  const { hub, read } = harness.app.feed
+  const beside: FeedSubscriber = { after: BigInt(last.id), closed: false, write () {}, room: async () => {}, missed () {} }
+  t.teardown(() => { hub.unfollow(beside) })
+  await hub.follow(beside, await read({ after: last.id, limit: FEED_PAGE_SIZE }))
+  await until('the feed\'s cursor past the last event', () => beside.after > BigInt(last.id), 30_000, 50)
+  const seen = s.comments.length
+  await s.until('three more heartbeats', () => s.comments.length >= seen + 3, 10_000)
+  t.same(s.events, [])
+  t.same(cursorBlocks(s.text()), [], 'no id: nothing lies between its last event and the cursor, which it keeps')
 })
 
 t.test('a heartbeat due while the stream\'s first page is read waits: the retry field comes first', async (t) => {

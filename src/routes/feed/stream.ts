@@ -104,6 +104,9 @@ class EventStream implements FeedSubscriber, OpenStream {
     if (waiting === 0 || taken > this.#taken) {
       this.#taken = Math.max(taken, this.#taken)
       this.#takenSince = now
+      // With bytes waiting, a heartbeat would only queue behind them (`true` here survives mutation
+      // testing: an event stream's comments are ignored, and no test weighs a backlog's bytes). Not
+      // marked: a mark would also hide `false`, which sends none at all.
       if (waiting === 0) {
         this.#push(HEARTBEAT)
         // One resource's stream: every change of it up to its cursor was sent, and other resources'
