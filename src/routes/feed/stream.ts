@@ -100,9 +100,10 @@ class EventStream implements FeedSubscriber, OpenStream {
     // counts in `waiting` and not in #pushed, so this may dip: only a new high is progress. The
     // kernel lets more in only once a third of its buffer is free, so progress comes in steps.
     const taken = this.#pushed - waiting
-    // Stryker disable next-line ConditionalExpression: equivalent: with nothing waiting, taken is every byte pushed, above any earlier high (each tick after one saw bytes waiting or pushed a heartbeat)
-    if (waiting === 0 || taken > this.#taken) {
-      this.#taken = Math.max(taken, this.#taken)
+    // With nothing waiting, taken is every byte pushed: always a new high, since each tick before
+    // either saw bytes waiting or pushed a heartbeat (and the first follows the retry field).
+    if (taken > this.#taken) {
+      this.#taken = taken
       this.#takenSince = now
       // With bytes waiting, a heartbeat would only queue behind them (`true` here survives mutation
       // testing: an event stream's comments are ignored, and no test weighs a backlog's bytes). Not
