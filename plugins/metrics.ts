@@ -10,8 +10,9 @@ import fastifyMetricsModule from 'fastify-metrics'
 import fp from 'fastify-plugin'
 import pg from 'pg'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
-import { isClientError } from '../src/error-handler.js'
+import { errorHandler, isClientError, notFoundBeforeBody, notFoundHandler } from '../src/error-handler.js'
 import { OVERLOADED, Problem } from '../src/problems.js'
+import { requestIdOf } from '../src/request-id.js'
 import { publicRoute } from './auth/index.js'
 
 // A CommonJS module whose plugin is its `default` export.
@@ -184,8 +185,11 @@ export default fp(async function metrics (fastify) {
   if (!ownPort) return
   // Bound when the app is ready, so a port in use fails the start with its error; closed with it.
   fastify.addHook('onReady', async () => {
-    // Without a logger, Fastify's default: a scrape leaves no line.
-    metricsServer = Fastify()
+    // Without a logger, Fastify's default: a scrape leaves no line. Its answers other than a
+    // scrape are problems, as the API port's are (src/app.ts), under the same request ids.
+    metricsServer = Fastify({ requestIdHeader: false, genReqId: requestIdOf })
+    metricsServer.setErrorHandler(errorHandler)
+    metricsServer.setNotFoundHandler({ preParsing: notFoundBeforeBody } as object, notFoundHandler)
     metricsServer.get('/metrics', async (_request, reply) => {
       const { register } = client
       return reply.type(register.contentType).send(await register.metrics())

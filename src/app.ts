@@ -2,7 +2,7 @@
 // Only src/serve.ts listens (started by src/server.ts); tests register this same plugin (test/support/harness.ts).
 import { type IncomingMessage, METHODS, type Server, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
-import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest, preParsingHookHandler } from 'fastify'
+import type { FastifyHttpOptions, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import auth, { publicRoute } from '../plugins/auth/index.js'
 import { authOptionsOf, jwksOverNetworkHttp } from '../plugins/auth/key.js'
@@ -19,7 +19,7 @@ import { type Config, isProduction } from './config.js'
 import { operations } from './generated/operations.js'
 import { headerLines } from './header-lines.js'
 import { registerJsonBodyParser } from './json-body.js'
-import { clientErrorHandler, errorHandler, frameworkErrors, notFoundHandler } from './error-handler.js'
+import { clientErrorHandler, errorHandler, frameworkErrors, notFoundBeforeBody, notFoundHandler } from './error-handler.js'
 import { problems } from './problems.js'
 import { REQUEST_ID_HEADER, requestIdOf } from './request-id.js'
 import { loggableUrl, RequestLines } from './request-lines.js'
@@ -180,7 +180,6 @@ async function app (fastify: FastifyInstance, { config, tracing }: AppOptions) {
   // hooks (shedding and tracing see it as before), and none on the spec's routes, where a hook costs
   // every request. Fastify adds each lifecycle hook given here to that route (lib/four-oh-four.js),
   // though its types name only preValidation and preHandler; test/http/problems checks it.
-  const notFoundBeforeBody: preParsingHookHandler = (request, reply) => { notFoundHandler(request, reply) }
   fastify.setNotFoundHandler({ preParsing: notFoundBeforeBody } as object, notFoundHandler)
 
   await fastify.register(env, { config })

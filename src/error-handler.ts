@@ -264,3 +264,8 @@ export function frameworkErrors (error: FastifyError, request: FastifyRequest, r
 export function notFoundHandler (_request: FastifyRequest, reply: FastifyReply): FastifyReply {
   return sendProblem(reply, problems.routeNotFound())
 }
+
+/** The not-found route's preParsing hook: an unknown URL answered 404 before its body is read (src/app.ts). */
+export function notFoundBeforeBody (request: FastifyRequest, reply: FastifyReply): void {
+  notFoundHandler(request, reply)
+}
