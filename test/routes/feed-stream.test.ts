@@ -114,8 +114,9 @@ t.test('a stream of every resource resumed from its last event: idle, it sends n
   await fourChanges(harness)
   const [last] = (await poll(harness)).slice(-1)
   const s = await stream(t, harness, '', { headers: { 'last-event-id': last.id } })
-  // A subscriber of the test's own, live beside the stream: the shared reader moves both cursors
-  // in one pass, so once this one is past the stream's Last-Event-ID, so is the stream's.
+  // A subscriber of the test's own beside the stream: once its cursor is past the stream's
+  // Last-Event-ID, the feed has been read past it, and the stream's cursor, moved by reads that go
+  // as far, is past it too.
   const { hub, read } = harness.app.feed
   const beside: FeedSubscriber = { after: BigInt(last.id), closed: false, write () {}, room: async () => {}, missed () {} }
   t.teardown(() => { hub.unfollow(beside) })
