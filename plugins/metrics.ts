@@ -12,7 +12,8 @@ import pg from 'pg'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
 import { errorHandler, isClientError, notFoundBeforeBody, notFoundHandler } from '../src/error-handler.js'
 import { OVERLOADED, Problem } from '../src/problems.js'
-import { requestIdOf } from '../src/request-id.js'
+import { REQUEST_ID_HEADER, requestIdOf } from '../src/request-id.js'
+import { setSecurityHeaders } from '../src/security-headers.js'
 import { publicRoute } from './auth/index.js'
 
 // A CommonJS module whose plugin is its `default` export.
@@ -185,9 +186,14 @@ export default fp(async function metrics (fastify) {
   if (!ownPort) return
   // Bound when the app is ready, so a port in use fails the start with its error; closed with it.
   fastify.addHook('onReady', async () => {
-    // Without a logger, Fastify's default: a scrape leaves no line. Its answers other than a
-    // scrape are problems, as the API port's are (src/app.ts), under the same request ids.
+    // Without a logger, Fastify's default: a scrape leaves no line. Its answers carry the API
+    // port's request id and security headers, and those other than a scrape are problems, as
+    // the API port's are (src/app.ts).
     metricsServer = Fastify({ requestIdHeader: false, genReqId: requestIdOf })
+    metricsServer.addHook('onRequest', async (request, reply) => {
+      reply.header(REQUEST_ID_HEADER, request.id)
+      setSecurityHeaders(reply)
+    })
     metricsServer.setErrorHandler(errorHandler)
     metricsServer.setNotFoundHandler({ preParsing: notFoundBeforeBody } as object, notFoundHandler)
     metricsServer.get('/metrics', async (_request, reply) => {

@@ -180,7 +180,11 @@ t.test('METRICS_PORT: /metrics on its own listener only; the API port answers 40
   const elsewhere = await fetch(`http://127.0.0.1:${address!.port}/resources`)
   t.equal(elsewhere.status, 404, 'the metrics port serves nothing else')
   t.match(elsewhere.headers.get('content-type'), /^application\/problem\+json/, 'its errors are problems, as the API port\'s are')
-  t.match(await elsewhere.json(), { status: 404, title: 'Not Found', detail: 'There is nothing at this URL.' })
+  t.match(await elsewhere.json(), { status: 404, title: 'Not Found', detail: 'There is nothing at this URL.', request_id: elsewhere.headers.get('x-request-id') })
+  for (const [what, response] of [['the scrape', scrape], ['the 404', elsewhere]] as const) {
+    t.equal(response.headers.get('x-content-type-options'), 'nosniff', `${what}: the API port's security headers`)
+    t.equal(response.headers.get('content-security-policy'), "default-src 'none'; frame-ancestors 'none'", what)
+  }
   const posted = await fetch(`http://127.0.0.1:${address!.port}/metrics`, { method: 'POST', body: '{', headers: { 'content-type': 'application/json' } })
   t.equal(posted.status, 404, 'nor takes anything: a POST is no scrape')
   t.match(posted.headers.get('content-type'), /^application\/problem\+json/)
