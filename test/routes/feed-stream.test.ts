@@ -386,6 +386,26 @@ t.test('resource_id: an idle stream moves its Last-Event-ID past the other resou
   t.equal(fromItsEvent.status, 410, 'from its last event, below the other resource\'s pruned change: it cannot be told what it missed')
 })
 
+t.test('resource_id: a stream the service ends gives its consumer, last, the cursor it moved to since it last gave one', async (t) => {
+  // No heartbeat within the test: only the end can give the cursor.
+  const harness = await build(t, { FEED_HEARTBEAT_MS: '15000' })
+  const { rows: [quiet] } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+    VALUES ('quiet-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'quiet') RETURNING id::text`)
+  const { rows: [other] } = await harness.db.query<{ id: string }>(`INSERT INTO permission_changes (resource_id, client_id, action, permission_ids, request_id)
+    VALUES ('orders-api', 'app-a', 'granted', ARRAY['p_read_orders'], 'other') RETURNING id::text`)
+  await poll(harness)
+  // Its first page reads past the other resource's change: its cursor is beyond its last event.
+  const s = await stream(t, harness, '?resource_id=quiet-api')
+  await s.until('its change', () => s.events.length === 1)
+  await harness.app.close()
+  t.equal(await s.finished, 'end')
+  t.same(s.comments, [], 'no heartbeat came (which would have given the cursor)')
+  const cursors = cursorBlocks(s.text())
+  t.equal(cursors.length, 1, `its cursor, once: ${cursors.join(', ')}`)
+  t.ok(BigInt(s.lastEventId) >= BigInt(other.id), `past the other resource's change: ${s.lastEventId} ≥ ${other.id}`)
+  t.same(ids(s.events), [quiet.id])
+})
+
 t.test('no cursor, nothing sent: an idle stream gives its consumer the cursor once, so coming back after a prune of changes recorded since is a 410, not a silent start past them', async (t) => {
   const harness = await build(t, { FEED_HEARTBEAT_MS: '100' })
   // An empty feed: the stream has no event to give, and its consumer no id to keep.

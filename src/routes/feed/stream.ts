@@ -110,18 +110,7 @@ class EventStream implements FeedSubscriber, OpenStream {
       // marked: a mark would also hide `false`, which sends none at all.
       if (waiting === 0) {
         this.#push(HEARTBEAT)
-        // One resource's stream: every change of it up to its cursor was sent, and other resources'
-        // changes moved the cursor on. Its consumer resumes from there, not from its last event: the
-        // prune mark is one for the whole feed, and a prune of those other changes would answer it
-        // 410 for nothing. Without a filter, nothing lies between the last event and the cursor,
-        // but a stream opened without a cursor that has sent nothing (an empty feed) has given its
-        // consumer no id: it would come back without one, from the oldest change kept, past changes
-        // recorded since and pruned before it came back, without a 410 (as a page's link, from no
-        // cursor, goes on from the horizon). It is given the cursor once.
-        if ((this.resourceId !== undefined || this.#sentThrough === -1n) && this.after > this.#sentThrough) {
-          this.#sentThrough = this.after
-          this.#push(cursorEvent(this.after))
-        }
+        this.#giveCursor()
       }
     // At exactly the timeout since the last progress, > would cut one heartbeat later: timing
     // only, a survivor of mutation testing. Not marked: a mark would also hide `<`, which cuts
@@ -154,12 +143,33 @@ class EventStream implements FeedSubscriber, OpenStream {
   }
 
   /**
-   * Ends the stream after what is written; a consumer that does not take it within a second is cut.
-   * Before it started, nothing is written: its handler answers 503 shutting-down instead.
+   * One resource's stream: every change of it up to its cursor was sent, and other resources'
+   * changes moved the cursor on. Its consumer resumes from there, not from its last event: the
+   * prune mark is one for the whole feed, and a prune of those other changes would answer it 410
+   * for nothing. Without a filter, nothing lies between the last event and the cursor, but a
+   * stream opened without a cursor that has sent nothing (an empty feed) has given its consumer no
+   * id: it would come back without one, from the oldest change kept, past changes recorded since
+   * and pruned before it came back, without a 410 (as a page's link, from no cursor, goes on from
+   * the horizon). It is given the cursor once. Given on an idle heartbeat, and last when the
+   * stream ends.
+   */
+  #giveCursor (): void {
+    if ((this.resourceId !== undefined || this.#sentThrough === -1n) && this.after > this.#sentThrough) {
+      this.#sentThrough = this.after
+      this.#push(cursorEvent(this.after))
+    }
+  }
+
+  /**
+   * Ends the stream after what is written, its cursor last; a consumer that does not take it
+   * within a second is cut. Before it started, nothing is written: its handler answers 503
+   * shutting-down instead.
    */
   end (): void {
     // Stryker disable next-line ConditionalExpression: equivalent: a stream closed before it started was counted out at its consumer's close and is never ended; a started one ended again pushes an EOF that Readable ignores and arms a timer that does what the first does
     if (this.closed) return
+    // Before it started its cursor has not moved (the hub moves it from its first page on): none.
+    this.#giveCursor()
     this.#close()
     if (!this.#started) {
       // Stryker disable next-line BooleanLiteral: practically unobservable: the flag counts only when the first read settles in the same turn of microtasks as this end, before its handler resumes
