@@ -9,6 +9,7 @@ import { commandPool, failureOf, withDatabase } from './database.js'
 
 // The oldest a change may be and still be asked for: past it the dates overflow.
 const MAX_DAYS = 36500
+const NEVER_MIGRATED = 'the database has no change history, as it was never migrated (npm run -s db:migrate migrates it; the service does at start).'
 
 const command = {
   usage: 'npm run -s db:prune-changes -- --older-than DAYS',
@@ -39,8 +40,9 @@ export async function pruneChangesCommand (args: string[], io: DatabaseIo = { ..
       }
     })
   } catch (error) {
-    // The prune is one transaction: nothing was deleted.
-    io.err(`Nothing was pruned: ${failureOf(error)}`)
+    // The prune is one transaction: nothing was deleted. An undefined table (42P01): no history.
+    const neverMigrated = (error as { code?: string }).code === '42P01'
+    io.err(`Nothing was pruned: ${neverMigrated ? NEVER_MIGRATED : failureOf(error)}`)
     return 1
   }
   return 0

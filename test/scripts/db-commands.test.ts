@@ -251,6 +251,15 @@ t.test('db:explain on a DATABASE_URL that holds data of its own: refused before 
   t.equal(await rowCounts(other), null, 'not migrated')
 })
 
+t.test('db:prune-changes on a database never migrated: one line saying so and what to run, exit 1, nothing created', async (t) => {
+  const url = await createTestDatabase(t)
+  const run = await cli('db-prune-changes.ts', ['--older-than', '30'], url)
+  t.equal(run.code, 1, run.stderr)
+  t.equal(run.stdout, '')
+  t.equal(run.stderr, 'Nothing was pruned: the database has no change history, as it was never migrated (npm run -s db:migrate migrates it; the service does at start).\n')
+  t.equal(await rowCounts(url), null, 'nothing created')
+})
+
 t.test('db:migrate on a database a newer version migrated: nothing applied, and it says the database is ahead, naming what it does not know', async (t) => {
   const url = await createTestDatabase(t)
   t.equal((await cli('db-migrate.ts', [], url)).code, 0, 'migrated')
