@@ -260,6 +260,22 @@ t.test('db:prune-changes on a database never migrated: one line saying so and wh
   t.equal(await rowCounts(url), null, 'nothing created')
 })
 
+t.test('db:prune-changes on a migrated database whose history its connection does not reach (search_path): says where the history is, not that it was never migrated', async (t) => {
+  const url = await createTestDatabase(t)
+  t.equal((await cli('db-migrate.ts', [], url)).code, 0, 'migrated')
+  // As a role or database whose search_path leaves out the schema the service migrated (or whose
+  // role lacks USAGE on it, which PostgreSQL's name lookup skips alike): the table is not found.
+  const admin = new pg.Client({ connectionString: url })
+  await admin.connect()
+  await admin.query(`ALTER DATABASE "${new URL(url).pathname.slice(1)}" SET search_path = elsewhere`)
+  await admin.end()
+  const run = await cli('db-prune-changes.ts', ['--older-than', '30'], url)
+  t.equal(run.code, 1, run.stderr)
+  t.equal(run.stdout, '')
+  t.notMatch(run.stderr, /never migrated|db:migrate/, 'migrating on this connection would make a second, empty history elsewhere')
+  t.equal(run.stderr, 'Nothing was pruned: the change history (permission_changes) is in schema public, which this connection does not reach: ' +
+    'its search_path (elsewhere) leaves it out, or its role lacks USAGE on it.\n')
+})
 t.test('db:migrate on a database a newer version migrated: nothing applied, and it says the database is ahead, naming what it does not know', async (t) => {
   const url = await createTestDatabase(t)
   t.equal((await cli('db-migrate.ts', [], url)).code, 0, 'migrated')
