@@ -10,11 +10,14 @@ import fastifyMetricsModule from 'fastify-metrics'
 import fp from 'fastify-plugin'
 import pg from 'pg'
 import { isDatabaseUnavailable, overloadReasonOf } from '../db/errors.js'
-import { errorHandler, isClientError, notFoundBeforeBody, notFoundHandler } from '../src/error-handler.js'
+import { clientErrorHandler, errorHandler, frameworkErrors, isClientError, notFoundBeforeBody, notFoundHandler } from '../src/error-handler.js'
 import { OVERLOADED, Problem } from '../src/problems.js'
 import { REQUEST_ID_HEADER, requestIdOf } from '../src/request-id.js'
 import { setSecurityHeaders } from '../src/security-headers.js'
 import { publicRoute } from './auth/index.js'
+
+// pino's levels above warn: the metrics listener logs from warn up, or from the app's level if one of these.
+const QUIETER_THAN_WARN = ['error', 'fatal', 'silent']
 
 // A CommonJS module whose plugin is its `default` export.
 const fastifyMetrics = fastifyMetricsModule.default
@@ -186,10 +189,21 @@ export default fp(async function metrics (fastify) {
   if (!ownPort) return
   // Bound when the app is ready, so a port in use fails the start with its error; closed with it.
   fastify.addHook('onReady', async () => {
-    // Without a logger, Fastify's default: a scrape leaves no line. Its answers carry the API
-    // port's request id and security headers, and those other than a scrape are problems, as
-    // the API port's are (src/app.ts).
-    metricsServer = Fastify({ requestIdHeader: false, genReqId: requestIdOf })
+    // Its answers carry the API port's request id and security headers, and those other than a
+    // scrape are problems, as the API port's are (src/app.ts): a URL the router refuses and a
+    // request Node's parser refuses too. The app's logger, from warn up (or the app's level, if
+    // higher), without request lines: a scrape leaves no line, nor does the start (Fastify's
+    // "Server listening at", the API port's), a failed scrape its error (its 500 says it has been
+    // logged).
+    const { level } = fastify.log
+    metricsServer = Fastify({
+      loggerInstance: fastify.log.child({}, { level: QUIETER_THAN_WARN.includes(level) ? level : 'warn' }),
+      disableRequestLogging: true,
+      requestIdHeader: false,
+      genReqId: requestIdOf,
+      clientErrorHandler,
+      frameworkErrors
+    })
     metricsServer.addHook('onRequest', async (request, reply) => {
       reply.header(REQUEST_ID_HEADER, request.id)
       setSecurityHeaders(reply)

@@ -193,6 +193,56 @@ t.test('METRICS_PORT: /metrics on its own listener only; the API port answers 40
   await t.rejects(fetch(`http://127.0.0.1:${address!.port}/metrics`), 'closed with the app')
 })
 
+/** The answer to `text` sent as is on a connection of its own to `port`, read until the server ends it. */
+async function rawExchange (port: number, text: string): Promise<string> {
+  const socket = connect(port, '127.0.0.1')
+  await once(socket, 'connect')
+  let answer = ''
+  socket.setEncoding('utf8').on('data', (chunk: string) => { answer += chunk })
+  socket.end(text)
+  await once(socket, 'close')
+  return answer
+}
+
+t.test('METRICS_PORT: what is no scrape is answered as on the API port, a problem with its request id and security headers; a failed scrape is logged', async (t) => {
+  const { stream, lines, waitFor } = captureLogs()
+  const harness = await build(t, { METRICS_PORT: '0', LOG_LEVEL: 'info' }, { logs: stream })
+  const { port } = harness.app.metricsAddress!
+  const securityHeaders = (what: string, headers: Headers) => {
+    t.equal(headers.get('x-content-type-options'), 'nosniff', `${what}: the API port's security headers`)
+    t.equal(headers.get('content-security-policy'), "default-src 'none'; frame-ancestors 'none'", what)
+  }
+  // A percent-encoding that decodes to nothing: Fastify's router refuses it before any hook.
+  const broken = await fetch(`http://127.0.0.1:${port}/metrics%zz`)
+  t.equal(broken.status, 400)
+  t.match(broken.headers.get('content-type'), /^application\/problem\+json/, 'a broken URL: a problem')
+  t.match(await broken.json(), { status: 400, request_id: broken.headers.get('x-request-id') ?? 'no X-Request-Id' })
+  securityHeaders('a broken URL', broken.headers)
+  // What Node's HTTP parser refuses: a header line without a colon, and headers past its limit.
+  for (const [what, request, status] of [
+    ['not HTTP', 'GET /metrics HTTP/1.1\r\nHost localhost\r\n\r\n', 400],
+    ['headers too large', `GET /metrics?${'a'.repeat(20_000)} HTTP/1.1\r\nHost: localhost\r\n\r\n`, 431]
+  ] as const) {
+    const answer = await rawExchange(port, request)
+    t.match(answer, new RegExp(`^HTTP/1.1 ${status} `), what)
+    t.match(answer, /\r\nContent-Type: application\/problem\+json\r\n/i, `${what}: a problem`)
+    t.match(answer, /\r\nX-Content-Type-Options: nosniff\r\n/i, `${what}: nosniff`)
+  }
+  // A collector that fails fails the scrape: a 500 whose detail says it has been logged, as it is.
+  const { client } = harness.app.metrics
+  new client.Gauge({ name: 'test_failing_collector', help: 'fails', collect () { throw new Error('the collector failed') } }) // eslint-disable-line no-new
+  const failed = await fetch(`http://127.0.0.1:${port}/metrics`)
+  t.equal(failed.status, 500)
+  const body = await failed.json() as { detail: string, request_id: string }
+  t.match(body, { detail: /It has been logged/, request_id: failed.headers.get('x-request-id') ?? 'no X-Request-Id' })
+  const logged = await waitFor((line) => line.msg === 'request failed', 'the failed scrape logged')
+  t.match(logged, { level: 50, reqId: body.request_id, err: { message: 'the collector failed' } })
+  t.notOk(lines.some((line) => line.msg === 'incoming request' || line.msg === 'request completed'), 'a scrape leaves no line of its own')
+  // Fastify's "Server listening at" is the API port's, which a supervisor or a person reads for it.
+  const listening = lines.filter((line) => /^Server listening at/.test(String(line.msg))).map(({ msg }) => msg)
+  t.same(listening, [`Server listening at ${harness.baseUrl}`], 'the metrics listener says where it listens once, as "metrics listening"')
+})
+
 t.test('METRICS_PORT: an app closed before it was ready (a start stopped halfway) closes without its listener', async (t) => {
   const app = Fastify()
   app.register(serviceApp, { config: loadConfig({ DATABASE_URL: await createTestDatabase(t), JWT_SECRET: TEST_SECRET, METRICS_PORT: '0', LOG_LEVEL: 'silent' }) })
