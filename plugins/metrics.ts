@@ -5,7 +5,7 @@
 // with METRICS_PORT the scrape is served on a listener of its own, and the API port has no /metrics.
 // https://github.com/SkeLLLa/fastify-metrics
 import type { AddressInfo } from 'node:net'
-import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from 'fastify'
 import fastifyMetricsModule from 'fastify-metrics'
 import fp from 'fastify-plugin'
 import pg from 'pg'
@@ -198,7 +198,7 @@ export default fp(async function metrics (fastify) {
     const { level } = fastify.log
     metricsServer = Fastify({
       loggerInstance: fastify.log.child({}, { level: QUIETER_THAN_WARN.includes(level) ? level : 'warn' }),
-      disableRequestLogging: true,
+      logController: new LogController({ disableRequestLogging: true }),
       requestIdHeader: false,
       genReqId: requestIdOf,
       clientErrorHandler,
