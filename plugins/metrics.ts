@@ -5,7 +5,7 @@
 // with METRICS_PORT the scrape is served on a listener of its own, and the API port has no /metrics.
 // https://github.com/SkeLLLa/fastify-metrics
 import type { AddressInfo } from 'node:net'
-import Fastify, { type FastifyInstance, type FastifyRequest, LogController } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import fastifyMetricsModule from 'fastify-metrics'
 import fp from 'fastify-plugin'
 import pg from 'pg'
@@ -192,13 +192,12 @@ export default fp(async function metrics (fastify) {
     // Its answers carry the API port's request id and security headers, and those other than a
     // scrape are problems, as the API port's are (src/app.ts): a URL the router refuses and a
     // request Node's parser refuses too. The app's logger, from warn up (or the app's level, if
-    // higher), without request lines: a scrape leaves no line, nor does the start (Fastify's
-    // "Server listening at", the API port's), a failed scrape its error (its 500 says it has been
-    // logged).
+    // higher): a scrape leaves no line (Fastify's request lines are info), nor does the start
+    // (Fastify's "Server listening at", the API port's); a failed scrape leaves its error (its 500
+    // says it has been logged).
     const { level } = fastify.log
     metricsServer = Fastify({
       loggerInstance: fastify.log.child({}, { level: QUIETER_THAN_WARN.includes(level) ? level : 'warn' }),
-      logController: new LogController({ disableRequestLogging: true }),
       requestIdHeader: false,
       genReqId: requestIdOf,
       clientErrorHandler,

@@ -228,6 +228,10 @@ t.test('METRICS_PORT: what is no scrape is answered as on the API port, a proble
     t.match(answer, /\r\nContent-Type: application\/problem\+json\r\n/i, `${what}: a problem`)
     t.match(answer, /\r\nX-Content-Type-Options: nosniff\r\n/i, `${what}: nosniff`)
   }
+  // Its request id is the service's own rule's (X-Request-Id), not Fastify's request-id header.
+  const named = await fetch(`http://127.0.0.1:${port}/nowhere`, { headers: { 'request-id': 'from-the-client' } })
+  await named.arrayBuffer()
+  t.not(named.headers.get('x-request-id'), 'from-the-client', 'a request-id header names nothing')
   // A collector that fails fails the scrape: a 500 whose detail says it has been logged, as it is.
   const { client } = harness.app.metrics
   new client.Gauge({ name: 'test_failing_collector', help: 'fails', collect () { throw new Error('the collector failed') } }) // eslint-disable-line no-new
@@ -241,6 +245,19 @@ t.test('METRICS_PORT: what is no scrape is answered as on the API port, a proble
   // Fastify's "Server listening at" is the API port's, which a supervisor or a person reads for it.
   const listening = lines.filter((line) => /^Server listening at/.test(String(line.msg))).map(({ msg }) => msg)
   t.same(listening, [`Server listening at ${harness.baseUrl}`], 'the metrics listener says where it listens once, as "metrics listening"')
+})
+
+t.test('METRICS_PORT with LOG_LEVEL=silent: a failed scrape is answered 500 and logs nothing, as the app logs nothing', async (t) => {
+  const { stream, lines } = captureLogs()
+  const harness = await build(t, { METRICS_PORT: '0', LOG_LEVEL: 'silent' }, { logs: stream })
+  const { client } = harness.app.metrics
+  new client.Gauge({ name: 'test_failing_collector_silent', help: 'fails', collect () { throw new Error('the collector failed') } }) // eslint-disable-line no-new
+  const failed = await fetch(`http://127.0.0.1:${harness.app.metricsAddress!.port}/metrics`)
+  t.equal(failed.status, 500)
+  await failed.arrayBuffer()
+  // The line would be written in the same turn as the answer: a moment is plenty to see none.
+  await new Promise((resolve) => setImmediate(resolve))
+  t.same(lines, [])
 })
 
 t.test('METRICS_PORT: an app closed before it was ready (a start stopped halfway) closes without its listener', async (t) => {
