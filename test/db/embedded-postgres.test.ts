@@ -4,16 +4,28 @@
 // with SIGKILL, ended by the next start.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { mkdir, readdir, rm, statfs, utimes, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { basename, dirname, join } from 'node:path'
+import { createServer } from 'node:net'
 import pg from 'pg'
 import t from 'tap'
 import { endLeftovers, ownedFolder, postmasterPid, quit, running, temporaryFolder } from '../../db/cluster-folders.js'
-import { isOrphaned, startThrowawayPostgres } from '../../db/embedded-postgres.js'
+import { freePort, isOrphaned, startThrowawayPostgres } from '../../db/embedded-postgres.js'
 import { testDatabaseUrl } from '../support/database.js'
 import { reportThenSigkill } from '../support/killed-fixture.js'
+
+t.test('freePort: a loopback port below the ephemeral range (where outgoing connections take theirs), free to listen on', async (t) => {
+  const [low] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number)
+  const ports = await Promise.all(Array.from({ length: 5 }, () => freePort()))
+  for (const port of ports) {
+    t.ok(port >= 10_000 && port < low, `${port}: from 10000 up to ${low}`)
+    const server = createServer().listen(port, '127.0.0.1')
+    await once(server, 'listening')
+    await new Promise((resolve) => server.close(resolve))
+  }
+})
 
 t.test('a process whose node parent lives is in use; killed with SIGKILL, its child is orphaned', async (t) => {
   // A node process that starts a long sleep and reports its pid.

@@ -15,7 +15,16 @@ export async function reportThenSigkill<Report> (fixture: string): Promise<{ rep
     if (await Promise.race([exited.then(() => true), once(child.stderr, 'data').then(() => false)])) throw new Error(`${fixture} ended early:\n${stderr}`)
   }
   const alive = child.exitCode === null
+  let report: Report
+  try {
+    report = JSON.parse(stderr.split('\n')[0]) as Report
+  } catch {
+    // Not its report: the start of an error (a stack trace's first line). The rest says which.
+    await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 5_000))])
+    child.kill('SIGKILL')
+    throw new Error(`${fixture} failed before its report:\n${stderr}`)
+  }
   child.kill('SIGKILL')
   const [, signal] = await exited
-  return { report: JSON.parse(stderr.split('\n')[0]) as Report, killed: alive && signal === 'SIGKILL' }
+  return { report, killed: alive && signal === 'SIGKILL' }
 }
