@@ -200,13 +200,13 @@ export async function stopPostmaster (pid: number, timeoutMs = 15_000): Promise<
   }
 }
 
-/** The ports outgoing connections take their local port from: Linux's ip_local_port_range, else IANA's dynamic ones. */
-function ephemeralPorts (): { low: number, high: number } {
+/** The lowest port outgoing connections take their local port from: Linux's ip_local_port_range, else IANA's dynamic ones. */
+function lowestEphemeralPort (): number {
   try {
-    const [low, high] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number)
-    if (low > 0 && high >= low) return { low, high }
+    const [low] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number)
+    if (low > 0) return low
   } catch {}
-  return { low: 49152, high: 65535 }
+  return 49152
 }
 
 /** The loopback port a listener got, closed again; undefined when it could not listen there. */
@@ -234,7 +234,7 @@ const LOWEST_PICKED = 10_000
  * range; listen(0)'s where there is no such range.
  */
 export async function freePort (): Promise<number> {
-  const { low } = ephemeralPorts()
+  const low = lowestEphemeralPort()
   const attempts = low > LOWEST_PICKED ? 20 : 0
   for (let attempt = 0; attempt < attempts; attempt++) {
     const port = await listenable(LOWEST_PICKED + randomInt(low - LOWEST_PICKED))
