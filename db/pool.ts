@@ -77,6 +77,9 @@ BoundedClient.prototype.query = function query (this: BoundedClient & { readyFor
   return result
 } as typeof pg.Client.prototype.query
 
+/** How often a pool looks for unanswered queries: a tenth of the bound, within 10 ms and 1 s (a query is ended at most that late). */
+export const sweepIntervalOf = (queryTimeoutMs: number): number => Math.min(1000, Math.max(10, queryTimeoutMs / 10))
+
 export class DatabasePool extends pg.Pool {
   /** performance.now() when the database last answered: a connection made or a query answered. */
   lastAnsweredAt = -Infinity
@@ -101,8 +104,7 @@ export class DatabasePool extends pg.Pool {
     if (queryTimeoutMs > 0) {
       this.on('connect', (client) => this.#clients.add(client as unknown as BoundedClient))
       this.on('remove', (client) => this.#clients.delete(client as unknown as BoundedClient))
-      // A tenth of the bound, within 10 ms and 1 s: a query unanswered is ended at most that late.
-      this.#sweep = setInterval(() => this.#endUnanswered(queryTimeoutMs), Math.min(1000, Math.max(10, queryTimeoutMs / 10)))
+      this.#sweep = setInterval(() => this.#endUnanswered(queryTimeoutMs), sweepIntervalOf(queryTimeoutMs))
       this.#sweep.unref()
     }
     // A pooler logs a client in while the database is gone (PgBouncer answers it with the server

@@ -12,7 +12,7 @@ import { freePort } from '../../db/embedded-postgres.js'
 import {
   ConnectionWaitTimeout, databaseErrorSummary, DatabaseUnreachable, isDatabaseUnavailable, isOverDatabaseLimit, isPoolerQueueWaitExpired, overloadReasonOf
 } from '../../db/errors.js'
-import { DatabasePool } from '../../db/pool.js'
+import { DatabasePool, sweepIntervalOf } from '../../db/pool.js'
 import { SynchronousContextManager } from '../../src/tracing.js'
 import { createTestDatabase } from '../support/database.js'
 import { until } from '../support/waiting.js'
@@ -188,6 +188,13 @@ t.test('a pool saturated for longer than the query timeout: every query answered
   t.notOk(pool.unreachable, 'the database was never taken for unreachable')
 })
 
+t.test('the sweep for unanswered queries runs every tenth of the bound, within 10 ms and 1 s', async (t) => {
+  t.equal(sweepIntervalOf(5_000), 500)
+  t.equal(sweepIntervalOf(300), 30)
+  t.equal(sweepIntervalOf(50), 10, 'not more often than every 10 ms')
+  t.equal(sweepIntervalOf(60_000), 1000, 'not less often than every second')
+})
+
 t.test('a query the server never answers ends its connection after the query timeout: an outage, and pool.end() still ends', async (t) => {
   // A black hole that completes no startup: the connect would time out first, so the client is
   // connected to a real server whose query is then held by an advisory lock the test keeps.
@@ -195,14 +202,20 @@ t.test('a query the server never answers ends its connection after the query tim
   const holder = poolOn(connectionString)
   const lock = await holder.connect()
   await lock.query('SELECT pg_advisory_lock(4242)')
-  const pool = new DatabasePool({ connectionString, max: 1, connectionWaitMs: 5_000, queryTimeoutMs: 300 })
+  // The sweep runs every tenth of the bound (10 ms here), from the pool's making: at its 1 s cap
+  // its first run would come a second after this, when the query has waited long enough.
+  const made = Date.now()
+  const pool = new DatabasePool({ connectionString, max: 1, connectionWaitMs: 5_000, queryTimeoutMs: 100 })
   pool.on('error', () => {})
-  const started = Date.now()
-  const error = await pool.query('SELECT pg_advisory_lock(4242)').then(() => undefined, (error: Error) => error)
-  const took = Date.now() - started
+  const client = await pool.connect()
+  const sent = Date.now()
+  const error = await client.query('SELECT pg_advisory_lock(4242)').then(() => undefined, (error: Error) => error)
+  client.release(error)
+  const ended = Date.now()
   t.match(error?.message, /Connection terminated/)
   t.ok(isDatabaseUnavailable(error), 'classified as unavailable')
-  t.ok(took >= 300 && took < 2_000, `ended after the bound, within a tenth of it or so: ${took} ms`)
+  t.ok(ended - sent >= 100, `ended after the bound: ${ended - sent} ms`)
+  t.ok(ended - made < 900, `ended by a sweep within a tenth of the bound, not one at the 1 s cap: ${ended - made} ms after the pool was made`)
   await pool.end()
   lock.release()
 })
