@@ -184,9 +184,11 @@ t.test('each change is announced at commit on the permission_changes channel, wi
   await change('DELETE', ['p_read_orders'])
   await change('POST', ['nope'])
   const { changes } = await history()
-  for (let waited = 0; received.length < 1 && waited < 5_000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50))
-  await new Promise((resolve) => setTimeout(resolve, 200))
-  t.same(received, [{ id: changes[0].id, resource_id: 'orders-api', client_id: 'app-a', action: 'unauthorized' }], 'one, for the one change')
+  // A listener gets notifications in the order their transactions committed: once this one, sent
+  // after the three requests were answered, has come, any of theirs has come before it.
+  await harness.db.query('SELECT pg_notify($1, $2)', ['permission_changes', JSON.stringify({ last: true })])
+  for (let waited = 0; !received.some(({ last }) => last) && waited < 5_000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50))
+  t.same(received, [{ id: changes[0].id, resource_id: 'orders-api', client_id: 'app-a', action: 'unauthorized' }, { last: true }], 'one, for the one change')
 })
 
 t.test('pruning: changes older than the given age go, newer ones stay; the command says how many', async (t) => {
