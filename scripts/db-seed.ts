@@ -27,7 +27,9 @@ export async function seedCommand (args: string[], io: DatabaseIo = { ...process
 
   let data: unknown
   try {
-    data = JSON.parse(await readFile(file, 'utf8'))
+    // A byte order mark, which some editors write at the start of a UTF-8 file, is not JSON; RFC
+    // 8259 lets a parser ignore it, and this one does.
+    data = JSON.parse((await readFile(file, 'utf8')).replace(/^\uFEFF/, ''))
     assertSeedData(data)
   } catch (error) {
     io.err(`Nothing was loaded. ${file}: ${(error as Error).message}`)

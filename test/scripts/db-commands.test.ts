@@ -37,9 +37,9 @@ function cli (script: string, args: string[], databaseUrl: string, env: Record<s
 
 const validDocument = seedingFixture()
 
-t.test('db:seed on an empty database applies the migrations, then loads the file', async (t) => {
+t.test('db:seed on an empty database applies the migrations, then loads the file (saved with a byte order mark, as some editors do)', async (t) => {
   const url = await createTestDatabase(t)
-  const dir = t.testdir({ 'seed.json': JSON.stringify(validDocument) })
+  const dir = t.testdir({ 'seed.json': '\uFEFF' + JSON.stringify(validDocument) })
   const file = join(dir, 'seed.json')
   t.equal(await rowCounts(url), null, 'no schema before')
 
