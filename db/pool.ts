@@ -77,6 +77,27 @@ BoundedClient.prototype.query = function query (this: BoundedClient & { readyFor
   return result
 } as typeof pg.Client.prototype.query
 
+/**
+ * Runs `fn` once the event loop has read the I/O that is waiting: a timer runs before it in the
+ * loop's turn, so after a stall (a long synchronous task, a GC pause) a deadline that expired
+ * meanwhile fires before an answer the database gave in time, still unread in its socket. A wait
+ * decided here sees that answer first (setImmediate runs after the loop's poll for I/O).
+ */
+export function afterIo (fn: () => void): void {
+  setImmediate(fn).unref()
+}
+
+/**
+ * An AbortSignal aborted once `ms` have passed and the I/O waiting then has been read (afterIo):
+ * AbortSignal.timeout's, which would take a database answer that came in time, during a stall of
+ * the event loop, for no answer.
+ */
+export function deadline (ms: number): AbortSignal {
+  const controller = new AbortController()
+  setTimeout(() => afterIo(() => controller.abort()), ms).unref()
+  return controller.signal
+}
+
 /** How often a pool looks for unanswered queries: a tenth of the bound, within 10 ms and 1 s (a query is ended at most that late). */
 export const sweepIntervalOf = (queryTimeoutMs: number): number => Math.min(1000, Math.max(10, queryTimeoutMs / 10))
 
@@ -139,8 +160,14 @@ export class DatabasePool extends pg.Pool {
     for (const client of this.#clients) {
       // Stryker disable next-line EqualityOperator: equivalent: pendingSince is -1 or a performance.now() taken after the process started (never 0), and a wait of exactly `bound` to the fraction of a ms is no case a test can make
       if (client.pendingSince >= 0 && now - client.pendingSince > bound) {
-        client.pendingSince = -1
-        client.end().catch(() => {})
+        const since = client.pendingSince
+        // Once what has arrived is read (afterIo): past a stall of the event loop, the sweep runs
+        // before the answer that reached the socket meanwhile, which would be taken for none.
+        afterIo(() => {
+          if (client.pendingSince !== since) return
+          client.pendingSince = -1
+          client.end().catch(() => {})
+        })
       }
     }
   }
@@ -164,7 +191,7 @@ export class DatabasePool extends pg.Pool {
   async answersSince (since: number, timeoutMs: number): Promise<boolean> {
     // Stryker disable next-line EqualityOperator: equivalent: an answer at the very performance.now() the caller took `since`, to the fraction of a ms, does not happen
     if (this.lastAnsweredAt > since) return true
-    return once(this, 'answered', { signal: AbortSignal.timeout(timeoutMs) }).then(() => true, () => false)
+    return once(this, 'answered', { signal: deadline(timeoutMs) }).then(() => true, () => false)
   }
 
   /** Whether the database's latest sign is that it cannot be reached. */

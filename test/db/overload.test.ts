@@ -7,8 +7,9 @@ import pg from 'pg'
 import t from 'tap'
 import { seedDatabase } from '../../db/seed.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
-import { createTestDatabase, testDatabaseUrl } from '../support/database.js'
+import { createTestDatabase, newDatabase, testDatabaseUrl } from '../support/database.js'
 import { build } from '../support/harness.js'
+import { holdingProxy } from '../support/holding-proxy.js'
 import { deleteToken, readToken } from '../support/tokens.js'
 
 const CONNECTION_WAIT_MS = 300
@@ -151,4 +152,20 @@ t.test('/readyz: the database refuses the probe one more connection while the po
   const idle = await limited.request('/readyz')
   t.equal(idle.status, 503, 'no probe answer and no other answer within READINESS_TIMEOUT_MS')
   t.match(idle.body, { type: '/problems/database-unavailable' })
+})
+
+t.test('a stall of the event loop past DATABASE_QUERY_TIMEOUT_MS, the database having answered in time: served, not database-unavailable', async (t) => {
+  // The bound is on a server that answers nothing; an answer waiting in the socket while the loop
+  // was busy is read before the query is ended as unanswered.
+  const { url, drop } = await newDatabase({ migrated: true })
+  const proxy = await holdingProxy(t, url)
+  const lagging = await build(t, { DATABASE_URL: proxy.url, DATABASE_STATEMENT_TIMEOUT_MS: '200', DATABASE_QUERY_TIMEOUT_MS: '300' }, { database: { url, drop } })
+  await lagging.seed(ordersFixture())
+  const listLagging = () => lagging.request(ordersPath(), { token: readToken() })
+  t.equal((await listLagging()).status, 200, 'served; the pool has its connection')
+  proxy.stallAfterNextAnswer(1000)
+  const answer = await listLagging()
+  t.equal(answer.status, 200, 'the database answered at once')
+  const metrics = await (await fetch(`${lagging.baseUrl}/metrics`)).text()
+  t.match(metrics, /db_errors_total\{kind="unavailable"\} 0\n/, 'no outage counted')
 })

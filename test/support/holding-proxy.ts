@@ -17,7 +17,17 @@ export interface HoldingProxy {
   release: () => void
   /** Resolves when a client next sends the server something (a query). */
   nextSend: () => Promise<unknown>
+  /**
+   * Blocks this process's event loop for `ms` right after passing on the server's next answer: the
+   * answer, given in time, waits in the client's socket while the loop is busy (a process that
+   * lags, its database answering).
+   */
+  stallAfterNextAnswer: (ms: number) => void
 }
+
+// The loop is blocked as by a long synchronous task, but asleep: a spin would take a core from the
+// test files running beside this one.
+const blocked = new Int32Array(new SharedArrayBuffer(4))
 
 /** A proxy to the server at `url`, closed with its connections when `t` ends. */
 export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy> {
@@ -26,6 +36,7 @@ export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy>
   const sockets = new Set<Socket>()
   let held: Array<() => void> | undefined
   let holdAt: string | undefined
+  let stallMs = 0
   const server = createServer((client) => {
     const upstream = connect(Number(target.port), target.hostname)
     for (const socket of [client, upstream]) {
@@ -44,6 +55,11 @@ export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy>
     upstream.on('data', (chunk) => {
       if (held) held.push(() => client.write(chunk))
       else client.write(chunk)
+      if (stallMs > 0) {
+        const ms = stallMs
+        stallMs = 0
+        Atomics.wait(blocked, 0, 0, ms)
+      }
     })
   })
   server.listen(0, '127.0.0.1')
@@ -64,6 +80,7 @@ export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy>
       holdAt = undefined
       for (const write of waiting) write()
     },
-    nextSend: () => once(sends, 'send')
+    nextSend: () => once(sends, 'send'),
+    stallAfterNextAnswer: (ms) => { stallMs = ms }
   }
 }
