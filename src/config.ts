@@ -105,8 +105,11 @@ const schema = {
     // Above this event-loop lag, API calls are shed with 503; 0 turns shedding off.
     MAX_EVENT_LOOP_DELAY_MS: { type: 'integer', minimum: 0, maximum: 60000, default: 1000 },
     // How often that lag is measured (its mean over the interval): a stall shorter than about the
-    // interval is averaged away; a shorter interval reacts sooner and counts shorter stalls.
-    EVENT_LOOP_SAMPLE_INTERVAL_MS: { type: 'integer', minimum: 10, maximum: 60000, default: 1000 },
+    // interval is averaged away; a shorter interval reacts sooner and counts shorter stalls. At
+    // least 100: the lag monitor (under-pressure's) ticks every 10 ms and a sample's first tick
+    // measures nothing, so a sample over a few ticks often holds no measure, which under-pressure
+    // takes for an infinite lag: at 10 ms a calm replica shed nearly every call and was never ready.
+    EVENT_LOOP_SAMPLE_INTERVAL_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 1000 },
     // On SIGTERM: how long readiness fails while requests are still served (for the gateway to
     // notice), and the bound on the whole shutdown after which the process exits anyway.
     SHUTDOWN_DELAY_MS: { type: 'integer', minimum: 0, default: 0 },

@@ -187,7 +187,7 @@ t.test('whole numbers within their bounds: the bounds accepted, one past them an
     ['JWKS_FETCH_TIMEOUT_MS', [100, 60000], [99, 60001]],
     ['METRICS_PORT', [0, 65535], [-1, 65536]],
     ['MAX_EVENT_LOOP_DELAY_MS', [0, 60000], [-1, 60001]],
-    ['EVENT_LOOP_SAMPLE_INTERVAL_MS', [10, 60000], [9, 60001]],
+    ['EVENT_LOOP_SAMPLE_INTERVAL_MS', [100, 60000], [99, 60001]],
     ['SHUTDOWN_DELAY_MS', [0, 9999], [-1, 600001]],
     ['SHUTDOWN_TIMEOUT_MS', [1000, 600000], [999, 600001]],
     ['EMBEDDED_POSTGRES_PORT', [1, 65535], [0, 65536]]
