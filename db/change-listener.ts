@@ -4,11 +4,16 @@
 // grows to maxRetryMs; 'listening' is emitted on each new one, since changes committed while none
 // listened were announced to nobody. A server that accepts the connection and then answers nothing
 // (stopped, a network that drops the packets, a proxy that holds the bytes) is a lost connection
-// too: the connect and each statement are given up after timeoutMs, and a listening connection is
-// checked every checkMs (a statement), since it sends nothing by itself and TCP keepalives see
-// only the server's kernel, which still answers when the server is stopped.
+// too: the connect and each statement are given up after timeoutMs without a word from the server,
+// and a listening connection is checked every checkMs (a statement), since it sends nothing by
+// itself and TCP keepalives see only the server's kernel, which still answers when the server is
+// stopped. Those deadlines decide once the I/O waiting has been read (db/pool.ts, afterIo): after
+// a stall of the event loop, an answer the server gave in time is not taken for none.
 import { EventEmitter } from 'node:events'
+import { Socket } from 'node:net'
+import { performance } from 'node:perf_hooks'
 import pg from 'pg'
+import { afterIo } from './pool.js'
 
 export const CHANGES_CHANNEL = 'permission_changes'
 
@@ -16,7 +21,7 @@ export interface ChangeListenerOptions {
   connectionString: string
   retryMs?: number
   maxRetryMs?: number
-  /** How long the connect, and then each statement (the LISTEN, a check), may go unanswered. */
+  /** How long the connect, and then each statement (the LISTEN, a check), may go without a word from the server. */
   timeoutMs?: number
   /** How often a listening connection is checked. */
   checkMs?: number
@@ -65,16 +70,42 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
   async #connect (): Promise<void> {
     this.#retry = undefined
     this.#connecting = true
-    // A connect or a statement left unanswered is given up (pg ends the connect, and fails the
-    // statement, which is then taken as the connection's loss): the reader polls meanwhile. TCP
-    // keepalives end a connection whose server's host is gone altogether.
+    // A connect or a statement the server leaves unanswered for timeoutMs is given up (its socket
+    // cut, with pg's own words for it, which is then taken as the connection's loss): the reader
+    // polls meanwhile. Not by pg's connectionTimeoutMillis and query_timeout: their timers run,
+    // after a stall of the event loop, before the answer that came meanwhile is read, and a
+    // connect's several round trips would share the one bound with the stall. TCP keepalives end
+    // a connection whose server's host is gone altogether.
+    const socket = new Socket()
     const client = new pg.Client({
       connectionString: this.#connectionString,
       keepAlive: true,
       keepAliveInitialDelayMillis: 10_000,
-      connectionTimeoutMillis: this.#timeoutMs,
-      query_timeout: this.#timeoutMs
+      stream: () => socket
     })
+    // When the server last sent anything: a connect is several round trips, each answered.
+    let heardAt = 0
+    socket.on('data', () => { heardAt = performance.now() })
+    const bounded = async <T>(work: Promise<T>, timedOut: string): Promise<T> => {
+      const since = performance.now()
+      let settled = false
+      let timer: NodeJS.Timeout | undefined
+      const wait = (ms: number) => {
+        timer = setTimeout(() => afterIo(() => {
+          if (settled) return
+          const silentMs = performance.now() - Math.max(since, heardAt)
+          if (silentMs >= this.#timeoutMs) socket.destroy(new Error(timedOut))
+          else wait(this.#timeoutMs - silentMs)
+        }), ms).unref()
+      }
+      wait(this.#timeoutMs)
+      try {
+        return await work
+      } finally {
+        settled = true
+        clearTimeout(timer)
+      }
+    }
     let lost = false
     const lose = (error: Error) => {
       if (lost) return
@@ -96,8 +127,8 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
     // The connection listens on this channel only.
     client.on('notification', () => this.emit('change'))
     try {
-      await client.connect()
-      await client.query(`LISTEN ${CHANGES_CHANNEL}`)
+      await bounded(client.connect(), 'timeout expired')
+      await bounded(client.query(`LISTEN ${CHANGES_CHANNEL}`), 'Query read timeout')
     } catch (error) {
       // Stryker disable next-line BooleanLiteral: equivalent: a failed connect leaves a retry pending (or the listener closed), which start() looks at first, and the retry sets it again
       this.#connecting = false
@@ -115,7 +146,7 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
     this.#retryMs = this.#minRetryMs
     // A connection that only listens hears nothing from a server that stopped answering.
     // Stryker disable next-line StringLiteral: equivalent: the server answers an empty statement too (EmptyQueryResponse), a round trip as 'SELECT 1' is
-    this.#check = setInterval(() => { client.query('SELECT 1').catch(lose) }, this.#checkMs).unref()
+    this.#check = setInterval(() => { bounded(client.query('SELECT 1'), 'Query read timeout').catch(lose) }, this.#checkMs).unref()
     this.emit('listening')
   }
 }

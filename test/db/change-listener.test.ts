@@ -175,3 +175,42 @@ t.test('its connection has TCP keepalives on, from 10 s of silence: a connection
   await once(listener, 'listening')
   t.same(calls, [[true, 10_000]])
 })
+
+t.test('a stall of the event loop past its timeout while the server answers a check at once: not lost, still listening', async (t) => {
+  // After a stall the loop runs its expired timers before it reads its sockets: the check's answer,
+  // given in time, waits unread in the socket while the check's deadline runs out.
+  const { url, admin } = await setUp(t)
+  const proxy = await holdingProxy(t, url)
+  const listener = new ChangeListener({ connectionString: proxy.url, retryMs: 50, timeoutMs: 300, checkMs: 200 })
+  t.teardown(() => listener.close())
+  const events = counted(listener)
+  listener.start()
+  await until('listening', () => listener.listening, 10_000)
+  // A check sent: its answer is the next, and the loop stalls right after it has reached the socket.
+  await proxy.nextSend()
+  proxy.stallAfterNextAnswer(1000)
+  // Past the stall, the next check (or a new connection's startup, were it lost).
+  await proxy.nextSend()
+  await proxy.nextSend()
+  t.equal(events.lost, 0, 'not lost: the server answered the check at once')
+  t.equal(listener.listening, true)
+  t.equal(events.listening, 1, 'on its first connection')
+  await admin.query(`NOTIFY ${CHANGES_CHANNEL}`)
+  await until('a change told', () => events.change >= 1, 10_000)
+})
+
+t.test('a stall of the event loop past its timeout while the server answers its connect at once: listening, nothing lost', async (t) => {
+  const { url, admin } = await setUp(t)
+  const proxy = await holdingProxy(t, url)
+  const listener = new ChangeListener({ connectionString: proxy.url, retryMs: 50, timeoutMs: 300 })
+  t.teardown(() => listener.close())
+  const events = counted(listener)
+  // The server's first answer (to the startup packet) reaches the socket; the loop then stalls.
+  proxy.stallAfterNextAnswer(1000)
+  listener.start()
+  await until('listening', () => listener.listening, 10_000)
+  t.equal(events.lost, 0, 'not lost: the server answered the connect at once')
+  t.equal(events.listening, 1)
+  await admin.query(`NOTIFY ${CHANGES_CHANNEL}`)
+  await until('a change told', () => events.change >= 1, 10_000)
+})
