@@ -5,6 +5,7 @@
 import fp from 'fastify-plugin'
 import { ChangeListener } from '../db/change-listener.js'
 import { databaseErrorSummary } from '../db/errors.js'
+import { afterIo } from '../db/pool.js'
 import type { FeedInput, FeedPage } from '../db/queries/feed.js'
 import { FEED_PAGE_SIZE, feedEvent } from '../src/feed-events.js'
 import { FeedHub } from '../src/feed-hub.js'
@@ -65,7 +66,10 @@ export default fp(async function feed (fastify) {
   const streams = new Set<OpenStream>()
   let cut = 0
   let closing = false
-  const heartbeat = setInterval(() => { for (const stream of streams) stream.heartbeat() }, config.FEED_HEARTBEAT_MS).unref()
+  // Each tick once the loop has read its I/O (afterIo): after a stall of the event loop (a long
+  // synchronous task, a GC pause), the timer runs before the sockets are told that their consumers
+  // took what waited meanwhile, and a consumer that read all along would be cut as stopped.
+  const heartbeat = setInterval(() => { afterIo(() => { for (const stream of streams) stream.heartbeat() }) }, config.FEED_HEARTBEAT_MS).unref()
 
   fastify.decorate('feed', {
     hub,

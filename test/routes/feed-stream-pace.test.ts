@@ -10,6 +10,8 @@ import { FEED_PAGE_SIZE } from '../../src/feed-events.js'
 import { ordersFixture } from '../support/fixtures.js'
 import { build } from '../support/harness.js'
 import { captureLogs } from '../support/logs.js'
+import { streamInWorker } from '../support/stream-in-worker.js'
+import { readToken } from '../support/tokens.js'
 import { until } from '../support/waiting.js'
 import { change, changesBeyondSocketBuffers, heartbeatClock, ids, increasing, recordBeyondSocketBuffers, sentinel, shown, stream } from '../support/feed-stream.js'
 
@@ -195,6 +197,31 @@ t.test('a consumer reading slowly, with bytes waiting for it for longer than FEE
   t.equal(slow.events.length, recorded)
   t.equal(slow.outcome, undefined, 'still open')
   t.equal(harness.app.feed.cut, 0, 'not cut')
+})
+
+t.test('a stall of the service\'s event loop past FEED_STALL_TIMEOUT_MS while its consumer reads: not cut, it gets every change', async (t) => {
+  // After a stall the loop runs its timers (the heartbeat's check) before it reads its sockets: the
+  // bytes the consumer took meanwhile are seen only once the socket is told it may write again.
+  const harness = await build(t, { FEED_STREAM_BUFFER_BYTES: String(64 * 1024 ** 2), FEED_HEARTBEAT_MS: '100', FEED_STALL_TIMEOUT_MS: '2000' })
+  await harness.seed(ordersFixture())
+  const recorded = await recordBeyondSocketBuffers(harness)
+  // Its consumer reads on a thread of its own, on while this one (the server's) is blocked.
+  const consumer = await streamInWorker(t, `${harness.baseUrl}/permission_changes`, { headers: { authorization: `Bearer ${readToken()}` }, paused: true })
+  t.equal(consumer.status, 200)
+  // Paused for a moment, well within the stall timeout: its sockets fill, and bytes wait for it.
+  await sleep(500)
+  await consumer.resume()
+  // The service's loop blocked past the stall timeout, the consumer reading all along. Blocked in
+  // an I/O callback (the worker's answer), as by a long request handler: the loop's next turn runs
+  // the timers that came due meanwhile first. (In a timer's callback, the loop's clock stays where
+  // it was until the turn after: its I/O is read first.)
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 2500)
+  await until('every change, by the consumer', async () => (await consumer.state()).events >= recorded || harness.app.feed.cut > 0, 60_000)
+  t.equal(harness.app.feed.cut, 0, 'not cut')
+  const { events, ids: got, outcome } = await consumer.state()
+  t.equal(events, recorded)
+  t.ok(increasing(got), 'in order')
+  t.equal(outcome, undefined, 'still open')
 })
 
 t.test('fastify.close() with a consumer that reads nothing and bytes waiting for it: the close is not held up, its connection is cut', async (t) => {
