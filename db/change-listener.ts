@@ -83,7 +83,9 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
       keepAliveInitialDelayMillis: 10_000,
       stream: () => socket
     })
-    // When the server last sent anything: a connect is several round trips, each answered.
+    // When the server last sent anything: a connect is several round trips, each answered. (Over
+    // TLS it hears only the server's first byte, before the handshake: from there a bound runs
+    // whole, as pg's did, still decided after the I/O waiting is read.)
     let heardAt = 0
     socket.on('data', () => { heardAt = performance.now() })
     const bounded = async <T>(work: Promise<T>, timedOut: string): Promise<T> => {
