@@ -208,11 +208,22 @@ export class DatabasePool extends pg.Pool {
       return new Promise((resolve, reject) => this.connect((error, client) => error ? reject(error) : resolve(client!)))
     }
     const traced = context.active()
-    super.connect((error, client, done) => {
+    const handOut: ConnectCallback = (error, client, done) => {
       if (client &&
         // Stryker disable next-line ConditionalExpression: equivalent: a client given ROOT sends its statements in ROOT, as one given none (BoundedClient's query), and release() clears either
         traced !== ROOT_CONTEXT) (client as unknown as BoundedClient).traceContext = traced
       callback(error && this.#classify(error), client, done)
+    }
+    super.connect((error, client, done) => {
+      if (error?.message !== QUEUE_WAIT_EXPIRED) return handOut(error, client, done)
+      // pg-pool's wait for a pooled connection is a timer: past a stall of the event loop it runs
+      // out before the answer that freed a connection in time, still unread in its socket. Decided
+      // once that is read (afterIo): a connection free then is taken (pg-pool hands it to the
+      // first waiter on its next tick), and the error is classified on what has been read.
+      afterIo(() => {
+        if (this.idleCount > 0) super.connect(handOut)
+        else handOut(error, client, done)
+      })
     })
   }
 

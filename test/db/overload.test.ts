@@ -11,6 +11,7 @@ import { createTestDatabase, newDatabase, testDatabaseUrl } from '../support/dat
 import { build } from '../support/harness.js'
 import { holdingProxy } from '../support/holding-proxy.js'
 import { deleteToken, readToken } from '../support/tokens.js'
+import { until } from '../support/waiting.js'
 
 const CONNECTION_WAIT_MS = 300
 const STATEMENT_TIMEOUT_MS = 3000
@@ -168,4 +169,29 @@ t.test('a stall of the event loop past DATABASE_QUERY_TIMEOUT_MS, the database h
   t.equal(answer.status, 200, 'the database answered at once')
   const metrics = await (await fetch(`${lagging.baseUrl}/metrics`)).text()
   t.match(metrics, /db_errors_total\{kind="unavailable"\} 0\n/, 'no outage counted')
+})
+
+t.test('a stall of the event loop past DATABASE_CONNECTION_WAIT_MS, the pooled connection answered in time: the request queued for it is served, not shed', async (t) => {
+  // The connection the request waits for became free in time: its holder's answer reached the
+  // socket while the loop was busy. The wait must read it before it gives up (503 overloaded),
+  // and on a replica, before the replica is marked down for it.
+  const { url, drop } = await newDatabase({ migrated: true })
+  const proxy = await holdingProxy(t, url)
+  const lagging = await build(t, { DATABASE_URL: proxy.url, DATABASE_POOL_MAX: '1', DATABASE_CONNECTION_WAIT_MS: '300' }, { database: { url, drop } })
+  await lagging.seed(ordersFixture())
+  const listLagging = () => lagging.request(ordersPath(), { token: readToken() })
+  t.equal((await listLagging()).status, 200, 'served; the pool has its connection')
+  proxy.hold()
+  const sent = proxy.nextSend()
+  const holder = listLagging()
+  await sent
+  const queued = listLagging()
+  await until('the second request queued for the connection', () => lagging.app.db.waitingCount === 1)
+  proxy.stallAfterNextAnswer(1000)
+  proxy.release()
+  t.equal((await holder).status, 200, 'the holder served')
+  const answer = await queued
+  t.equal(answer.status, 200, 'the connection was free within the wait')
+  const metrics = await (await fetch(`${lagging.baseUrl}/metrics`)).text()
+  t.notMatch(metrics, /requests_shed_total\{reason="connection_wait"\} [1-9]/, 'nothing shed')
 })

@@ -18,9 +18,9 @@ export interface HoldingProxy {
   /** Resolves when a client next sends the server something (a query). */
   nextSend: () => Promise<unknown>
   /**
-   * Blocks this process's event loop for `ms` right after passing on the server's next answer: the
-   * answer, given in time, waits in the client's socket while the loop is busy (a process that
-   * lags, its database answering).
+   * Blocks this process's event loop for `ms` right after passing on the server's next answer (or,
+   * while answers are held, right after release() passes them on): the answer, given in time,
+   * waits in the client's socket while the loop is busy (a process that lags, its database answering).
    */
   stallAfterNextAnswer: (ms: number) => void
 }
@@ -37,6 +37,13 @@ export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy>
   let held: Array<() => void> | undefined
   let holdAt: string | undefined
   let stallMs = 0
+  // An answer passed on (at once, or held and released): the stall asked for comes right after it.
+  const stallIfAsked = () => {
+    if (stallMs === 0) return
+    const ms = stallMs
+    stallMs = 0
+    Atomics.wait(blocked, 0, 0, ms)
+  }
   const server = createServer((client) => {
     const upstream = connect(Number(target.port), target.hostname)
     for (const socket of [client, upstream]) {
@@ -54,11 +61,9 @@ export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy>
     })
     upstream.on('data', (chunk) => {
       if (held) held.push(() => client.write(chunk))
-      else client.write(chunk)
-      if (stallMs > 0) {
-        const ms = stallMs
-        stallMs = 0
-        Atomics.wait(blocked, 0, 0, ms)
+      else {
+        client.write(chunk)
+        stallIfAsked()
       }
     })
   })
@@ -78,7 +83,15 @@ export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy>
       const waiting = held ?? []
       held = undefined
       holdAt = undefined
-      for (const write of waiting) write()
+      const pass = () => {
+        for (const write of waiting) write()
+        if (waiting.length > 0) stallIfAsked()
+      }
+      // With a stall, from the loop's check phase (setImmediate), as a stall in an I/O callback
+      // would come: the timers then run before the sockets are read. A caller here may run within
+      // a timer (a test's sleep), after which the loop reads the sockets first.
+      if (stallMs > 0) setImmediate(pass)
+      else pass()
     },
     nextSend: () => once(sends, 'send'),
     stallAfterNextAnswer: (ms) => { stallMs = ms }
