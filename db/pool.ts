@@ -89,12 +89,13 @@ export function afterIo (fn: () => void): void {
 
 /**
  * An AbortSignal aborted once `ms` have passed and the I/O waiting then has been read (afterIo):
- * AbortSignal.timeout's, which would take a database answer that came in time, during a stall of
- * the event loop, for no answer.
+ * AbortSignal.timeout's, which would take an answer that came in time (the database's, the key
+ * set's), during a stall of the event loop, for no answer. Its reason is AbortSignal.timeout's, a
+ * TimeoutError, so a caller tells it from other aborts as it would that one's.
  */
 export function deadline (ms: number): AbortSignal {
   const controller = new AbortController()
-  setTimeout(() => afterIo(() => controller.abort()), ms).unref()
+  setTimeout(() => afterIo(() => controller.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError'))), ms).unref()
   return controller.signal
 }
 

@@ -6,6 +6,7 @@
 // cooldown, and each is logged with its reason.
 import { KeyObject } from 'node:crypto'
 import type { createLocalJWKSet, JSONWebKeySet, JWSHeaderParameters } from 'jose'
+import { deadline } from '../../db/pool.js'
 
 export interface KeySetOptions {
   /**
@@ -126,8 +127,9 @@ export function keySetResolver (url: string, { cacheMaxAgeMs, cooldownMs, fetchT
     const { errors: { JOSEError, JWKSTimeout } } = await jose
     try {
       // As jose's remote set fetches: a redirect is not followed (a 3xx is not 200); the timeout
-      // covers the body too.
-      const response = await fetch(url, { signal: AbortSignal.timeout(fetchTimeoutMs), redirect: 'manual', headers: { accept: 'application/json, application/jwk-set+json' } })
+      // covers the body too, and decides once what has arrived is read (deadline): past a stall
+      // of the event loop, a key set sent in time would be taken for none.
+      const response = await fetch(url, { signal: deadline(fetchTimeoutMs), redirect: 'manual', headers: { accept: 'application/json, application/jwk-set+json' } })
       if (response.status !== 200) {
         await response.body?.cancel()
         throw new JOSEError(`Expected 200 OK from the JSON Web Key Set HTTP response, got ${response.status}`)

@@ -330,6 +330,25 @@ t.test('no key set was ever fetched and the provider is down → 503 keys-unavai
   t.equal(down.requests(), 1, 'not fetched again within the cooldown')
 })
 
+t.test('a stall of the event loop past JWKS_FETCH_TIMEOUT_MS, the provider having answered in time: the token verifies → 200, no failed fetch', async (t) => {
+  // The key set waits in the socket while the loop is blocked (a long synchronous task, a GC
+  // pause); the fetch's deadline, expired meanwhile, must read it before it gives up, or every
+  // token waits out a cooldown with 503 keys-unavailable.
+  const blocked = new Int32Array(new SharedArrayBuffer(4))
+  const lagging = await answering((response) => {
+    response.setHeader('content-type', 'application/json')
+    response.end(JSON.stringify({ keys: [jwk(first)] }))
+    Atomics.wait(blocked, 0, 0, 1000)
+  })
+  const logs = captureLogs()
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: lagging.url, JWKS_FETCH_TIMEOUT_MS: '300', LOG_LEVEL: 'warn' }, { logs: logs.stream })
+  await app.seed(ordersFixture())
+  const res = await app.request(ordersPath(), { token: tokenFrom(first) })
+  t.equal(res.status, 200, 'the provider answered at once')
+  t.same(fetchFailures(logs.lines), [], 'no failed fetch logged')
+  t.equal(lagging.requests(), 1)
+})
+
 t.test('a provider that negotiates content (406 unless asked for JSON) is asked for a key set: application/jwk-set+json or application/json → 200', async (t) => {
   const accepts: string[] = []
   const negotiating = await answering((response) => {
