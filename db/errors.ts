@@ -107,3 +107,17 @@ export function lockWaitExpired (error: unknown): Error | undefined {
   }
   return undefined
 }
+
+// The setting that names the database a failed start was on, when it is not DATABASE_URL.
+const settingOfError = new WeakMap<object, string>()
+
+/** Marks `error` as one of the database `setting` names (MIGRATIONS_DATABASE_URL): a failed start says that setting. */
+export function onDatabaseOf<E> (error: E, setting: string): E {
+  if (typeof error === 'object' && error !== null) settingOfError.set(error, setting)
+  return error
+}
+
+/** The setting naming the database `error` came from: DATABASE_URL unless marked otherwise (onDatabaseOf). */
+export function databaseSettingOf (error: unknown): string {
+  return (typeof error === 'object' && error !== null && settingOfError.get(error)) || 'DATABASE_URL'
+}

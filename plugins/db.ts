@@ -6,7 +6,7 @@
 import { performance } from 'node:perf_hooks'
 import { context } from '@opentelemetry/api'
 import fp from 'fastify-plugin'
-import { databaseErrorSummary, lockWaitExpired } from '../db/errors.js'
+import { databaseErrorSummary, lockWaitExpired, onDatabaseOf } from '../db/errors.js'
 import { migrateDatabase, migrationsNotKnown } from '../db/migrate.js'
 import { DatabasePool } from '../db/pool.js'
 import { type ChangeInput, type ChangeOptions, type ChangeResult, grantPermissions, primaryPositionNow, unauthorizePermissions } from '../db/queries/change.js'
@@ -172,8 +172,11 @@ export default fp(async function db (fastify) {
     if (notKnown.length > 0) fastify.log.warn({ migrations: notKnown }, 'the database is ahead of this version: migrated by a newer one')
   } catch (error) {
     const lockWait = lockWaitExpired(error)
-    if (!lockWait) throw error
-    throw new Error(`the migrations waited longer than MIGRATIONS_CONNECTION_WAIT_MS for a lock another session holds (${lockWait.message})`, { cause: error })
+    const failure = lockWait
+      ? new Error(`the migrations waited longer than MIGRATIONS_CONNECTION_WAIT_MS for a lock another session holds (${lockWait.message})`, { cause: error })
+      : error
+    // On a database of its own: the start's failure names that setting, not DATABASE_URL, which may answer.
+    throw MIGRATIONS_DATABASE_URL === undefined ? failure : onDatabaseOf(failure, 'MIGRATIONS_DATABASE_URL')
   } finally {
     await migrationPool.end()
   }

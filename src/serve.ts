@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
 import type { RunningPostgres } from '../db/embedded-postgres.js'
-import { isDatabaseUnavailable } from '../db/errors.js'
+import { databaseSettingOf, isDatabaseUnavailable } from '../db/errors.js'
 import { DEMO_SEED_ACTOR, SeedError, seedDatabase, type SeedData } from '../db/seed.js'
 import app, { serverOptions } from './app.js'
 import { jwtKeyOf } from '../plugins/auth/key.js'
@@ -88,7 +88,11 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
   } catch (error) {
     // A signal stopping the start stops the embedded PostgreSQL under it: that stop ends the process.
     await starting.unlessStopping()
-    const reason = isDatabaseUnavailable(error) ? 'the database at DATABASE_URL cannot be reached' : (error as Error).message
+    // The setting to look at: DATABASE_URL, or MIGRATIONS_DATABASE_URL when the migrations' own failed.
+    const setting = databaseSettingOf(error)
+    const reason = isDatabaseUnavailable(error)
+      ? `the database at ${setting} cannot be reached`
+      : setting === 'DATABASE_URL' ? (error as Error).message : `${(error as Error).message} (on ${setting})`
     fastify.log.fatal({ err: error }, `could not start: ${reason}`)
     await localDatabase?.stop()
     process.exit(1)

@@ -65,6 +65,16 @@ t.test('production with a database that refuses connections → exit 1 with one 
   t.match(JSON.parse(lines.at(-1)!), { level: 60, msg: 'could not start: the database at DATABASE_URL cannot be reached' })
 })
 
+t.test('MIGRATIONS_DATABASE_URL refusing connections, DATABASE_URL fine → exit 1, the line names MIGRATIONS_DATABASE_URL', async (t) => {
+  // It said DATABASE_URL, which answers: the operator was sent to check the setting that works.
+  const { child, output } = startServer({
+    ...production, JWT_SECRET: TEST_SECRET, DATABASE_URL: await createTestDatabase(t), MIGRATIONS_DATABASE_URL: unreachable
+  })
+  t.equal(await exitOf(child), 1)
+  const last = JSON.parse(output().split('\n').filter(Boolean).at(-1)!)
+  t.match(last, { level: 60, msg: 'could not start: the database at MIGRATIONS_DATABASE_URL cannot be reached' })
+})
+
 /** Waits for the listening line; the address, or undefined when the process ended first. */
 async function listeningAddress (child: ChildProcess, output: () => string): Promise<string | undefined> {
   for (let waited = 0; waited < 30_000 && child.exitCode === null; waited += 100) {
