@@ -33,6 +33,9 @@ export interface RunningPostgres {
   stop: () => Promise<void>
 }
 
+/** The server was started and did not come up (its port taken, among the reasons): another port may do. */
+export class PostgresDidNotStart extends Error {}
+
 const USER = 'postgres'
 const isRoot = process.getuid?.() === 0
 
@@ -78,7 +81,7 @@ export async function startEmbeddedPostgres (options: EmbeddedPostgresOptions): 
   }
   const server = serverIn(dataDir)
   await server.start().catch((error: unknown) => {
-    throw new Error(`PostgreSQL did not start in ${dataDir} on port ${port}${error ? `: ${String(error)}` : ' (is the port in use?)'}`)
+    throw new PostgresDidNotStart(`PostgreSQL did not start in ${dataDir} on port ${port}${error ? `: ${String(error)}` : ' (is the port in use?)'}`)
   })
   // The postmaster the package spawned (a private field of its class).
   const postmaster = () => (server as unknown as { process?: ChildProcess }).process

@@ -9,7 +9,7 @@ import { performance } from 'node:perf_hooks'
 import { setTimeout as sleep } from 'node:timers/promises'
 import closeWithGrace from 'close-with-grace'
 import Fastify from 'fastify'
-import type { RunningPostgres } from '../db/embedded-postgres.js'
+import { PostgresDidNotStart, type RunningPostgres } from '../db/embedded-postgres.js'
 import { databaseSettingOf, isDatabaseUnavailable } from '../db/errors.js'
 import { DEMO_SEED_ACTOR, SeedError, seedDatabase, type SeedData } from '../db/seed.js'
 import app, { serverOptions } from './app.js'
@@ -71,8 +71,12 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
       port, takeOver: true, stopsItself: true, log: (message) => console.log(message)
     }).catch(async (error: Error) => {
       await starting.unlessStopping()
-      return fail(`Could not start the embedded PostgreSQL (EMBEDDED_POSTGRES_PORT=${port}; ` +
-        `set another port, or DATABASE_URL for a server of your own): ${error.message}`)
+      // Another port is the way out only when the server itself did not come up; the other
+      // failures (a sibling `npm start` holding the cluster, a cluster missing its password file,
+      // no dev dependencies, a folder the postgres user cannot enter) say their own.
+      return fail(error instanceof PostgresDidNotStart
+        ? `Could not start the embedded PostgreSQL (EMBEDDED_POSTGRES_PORT=${port}; set another port, or DATABASE_URL for a server of your own): ${error.message}`
+        : `Could not start the embedded PostgreSQL: ${error.message}`)
     })
     starting.closing(database.stop)
     localDatabase = database

@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { readdirSync, readFileSync } from 'node:fs'
 import { readFile, stat, writeFile } from 'node:fs/promises'
+import { createServer, type AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import pg from 'pg'
 import t from 'tap'
@@ -115,4 +116,37 @@ t.test('the local secret: made once, kept, made again when the file holds less t
   const secrets = await Promise.all(Array.from({ length: 8 }, () => localJwtSecret(fresh)))
   t.same(new Set(secrets).size, 1, 'eight at once: one secret')
   t.same(readdirSync(fresh), ['dev-jwt-secret'], 'nothing else left in the folder')
+})
+
+t.test('npm start while another process runs the embedded PostgreSQL of the same .data/: exit 1, one line saying what to do, not to change the port', async (t) => {
+  // That other process: this one (a node process, as a sibling `npm start` is), its cluster running.
+  const { args, clusterDir } = await projectCopy(t)
+  const cluster = await startEmbeddedPostgres({ dataDir: clusterDir, port: await freePort() })
+  t.teardown(() => cluster.stop())
+  const start = async (port: number) => {
+    const child = endsWithTest(spawn(process.execPath, args, {
+      env: { PATH: process.env.PATH, HOST: '127.0.0.1', PORT: '0', EMBEDDED_POSTGRES_PORT: String(port), MAX_EVENT_LOOP_DELAY_MS: '0' },
+      stdio: ['ignore', 'pipe', 'pipe']
+    }))
+    t.teardown(() => { child.kill('SIGKILL') })
+    let stderr = ''
+    child.stderr.on('data', (chunk) => { stderr += chunk })
+    const [code] = child.exitCode !== null ? [child.exitCode] : await once(child, 'exit')
+    return { code, stderr }
+  }
+  const sibling = await start(await freePort())
+  t.equal(sibling.code, 1)
+  // It began "set another port": another port starts nothing on a cluster a running PostgreSQL holds.
+  t.match(sibling.stderr, /^Could not start the embedded PostgreSQL: another process is using the embedded PostgreSQL in .+ \(postmaster pid \d+\): stop that `npm start` first, or set DATABASE_URL\n$/)
+  t.notMatch(sibling.stderr, /another port/)
+
+  // That process gone, a port another program holds: then another port is the way out, and said.
+  await cluster.stop()
+  const holder = createServer().listen(0, '127.0.0.1')
+  await once(holder, 'listening')
+  t.teardown(() => { holder.close() })
+  const port = (holder.address() as AddressInfo).port
+  const taken = await start(port)
+  t.equal(taken.code, 1)
+  t.match(taken.stderr, new RegExp(`^Could not start the embedded PostgreSQL \\(EMBEDDED_POSTGRES_PORT=${port}; set another port, or DATABASE_URL for a server of your own\\): PostgreSQL did not start in .+\n$`))
 })
