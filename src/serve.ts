@@ -141,8 +141,15 @@ export async function serve (tracing: Tracing | undefined, starting: Starting): 
   // Listening, SIGTERM/SIGINT/SIGHUP: readiness fails at once, requests keep being served for
   // SHUTDOWN_DELAY_MS, then the listener closes (new connections are refused), in-flight requests
   // finish, the pool closes, then the embedded PostgreSQL stops. Past SHUTDOWN_TIMEOUT_MS
-  // close-with-grace exits with code 1 whatever is left.
-  closeWithGrace({ delay: config.SHUTDOWN_TIMEOUT_MS }, async ({ signal, err }) => {
+  // close-with-grace exits with code 1 whatever is left; so does a second signal, at once. Both
+  // are said in the service's log (its console lines were bare text among the JSON).
+  closeWithGrace({
+    delay: config.SHUTDOWN_TIMEOUT_MS,
+    logger: fastify.log,
+    onTimeout: (delayMs) => fastify.log.error({ timeoutMs: delayMs },
+      `not closed within SHUTDOWN_TIMEOUT_MS (${delayMs} ms): exiting 1 with what is still open`),
+    onSecondSignal: (signal) => fastify.log.error({ signal }, 'a second signal while closing: exiting 1 at once, with what is still open')
+  }, async ({ signal, err }) => {
     const closingSince = performance.now()
     fastify.startDraining()
     if (err) fastify.log.error({ err }, 'closing after an uncaught error')

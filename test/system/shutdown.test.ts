@@ -219,6 +219,43 @@ t.test('SIGTERM with a connection open that has sent nothing: it is closed with 
   t.pass('the spare connection was closed')
 })
 
+t.test('a shutdown cut short (SHUTDOWN_TIMEOUT_MS passed, or a second signal): exit 1, said in the JSON log at error, naming why', async (t) => {
+  // close-with-grace said both with console.error, a bare line of text on stderr among the JSON
+  // lines ("killed by timeout (1000ms)", "second SIGTERM, exiting"): no level for an operator's
+  // log search, and read as unparsable by a log pipeline that takes JSON.
+  const databaseUrl = await createTestDatabase(t)
+  const deleteToken = tokenWith({ scope: 'delete:resource', ...productionClaims })
+  const jsonLines = (output: string) => output.split('\n').filter(Boolean).map((line) => {
+    try {
+      return JSON.parse(line) as { level: number, msg: string }
+    } catch {
+      return line
+    }
+  })
+
+  const late = await startedServer(t, databaseUrl, { SHUTDOWN_TIMEOUT_MS: '1000' })
+  // In flight past the bound: half its body sent, the rest never.
+  const held = slowDelete(late.port, deleteToken, 'p_read_orders')
+  await until('the request is in', () => /"method":"DELETE"/.test(late.output()), 10_000)
+  late.child.kill('SIGTERM')
+  const [lateCode] = await once(late.child, 'exit')
+  t.equal(lateCode, 1, 'exit 1: cut short')
+  const lateLines = jsonLines(late.output())
+  t.same(lateLines.filter((line) => typeof line === 'string'), [], 'JSON lines only')
+  t.match(lateLines.at(-1), { level: 50, msg: /SHUTDOWN_TIMEOUT_MS \(1000 ms\)/ }, 'the last line says why, at error')
+  held.sendRest()
+
+  const twice = await startedServer(t, databaseUrl, { SHUTDOWN_DELAY_MS: '5000' })
+  twice.child.kill('SIGTERM')
+  await until('draining', () => /draining before close/.test(twice.output()), 10_000)
+  twice.child.kill('SIGTERM')
+  const [twiceCode] = await once(twice.child, 'exit')
+  t.equal(twiceCode, 1, 'exit 1: cut short')
+  const twiceLines = jsonLines(twice.output())
+  t.same(twiceLines.filter((line) => typeof line === 'string'), [], 'JSON lines only')
+  t.match(twiceLines.at(-1), { level: 50, signal: 'SIGTERM', msg: /second signal/ }, 'the last line says why, at error')
+})
+
 /**
  * The server as `npm start` runs it on a laptop (no DATABASE_URL, no NODE_ENV), in a project copy
  * (`copy`, or a new one); `detached`: in a process group of its own.
