@@ -7,13 +7,13 @@
 // too: the connect and each statement are given up after timeoutMs without a word from the server,
 // and a listening connection is checked every checkMs (a statement), since it sends nothing by
 // itself and TCP keepalives see only the server's kernel, which still answers when the server is
-// stopped. Those deadlines decide once the I/O waiting has been read (db/pool.ts, afterIo): after
+// stopped. Those deadlines decide once the I/O waiting has been read (db/after-io.ts): after
 // a stall of the event loop, an answer the server gave in time is not taken for none.
 import { EventEmitter } from 'node:events'
 import { Socket } from 'node:net'
 import { performance } from 'node:perf_hooks'
 import pg from 'pg'
-import { afterIo } from './pool.js'
+import { afterIo } from './after-io.js'
 
 export const CHANGES_CHANNEL = 'permission_changes'
 

@@ -6,6 +6,7 @@ import { EventEmitter, once } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import { type Context, context, ROOT_CONTEXT } from '@opentelemetry/api'
 import pg from 'pg'
+import { afterIo, deadline } from './after-io.js'
 import { ConnectionWaitTimeout, DatabaseUnreachable, isDatabaseUnavailable, isPoolerQueueWaitExpired, markQueueWaitWhileUnreachable } from './errors.js'
 
 export interface DatabasePoolOptions {
@@ -76,28 +77,6 @@ BoundedClient.prototype.query = function query (this: BoundedClient & { readyFor
   if (idle || this.pendingSince < 0) this.pendingSince = performance.now()
   return result
 } as typeof pg.Client.prototype.query
-
-/**
- * Runs `fn` once the event loop has read the I/O that is waiting: a timer runs before it in the
- * loop's turn, so after a stall (a long synchronous task, a GC pause) a deadline that expired
- * meanwhile fires before an answer the database gave in time, still unread in its socket. A wait
- * decided here sees that answer first (setImmediate runs after the loop's poll for I/O).
- */
-export function afterIo (fn: () => void): void {
-  setImmediate(fn).unref()
-}
-
-/**
- * An AbortSignal aborted once `ms` have passed and the I/O waiting then has been read (afterIo):
- * AbortSignal.timeout's, which would take an answer that came in time (the database's, the key
- * set's), during a stall of the event loop, for no answer. Its reason is AbortSignal.timeout's, a
- * TimeoutError, so a caller tells it from other aborts as it would that one's.
- */
-export function deadline (ms: number): AbortSignal {
-  const controller = new AbortController()
-  setTimeout(() => afterIo(() => controller.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError'))), ms).unref()
-  return controller.signal
-}
 
 /** How often a pool looks for unanswered queries: a tenth of the bound, within 10 ms and 1 s (a query is ended at most that late). */
 export const sweepIntervalOf = (queryTimeoutMs: number): number => Math.min(1000, Math.max(10, queryTimeoutMs / 10))

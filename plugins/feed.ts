@@ -5,7 +5,7 @@
 import fp from 'fastify-plugin'
 import { ChangeListener } from '../db/change-listener.js'
 import { databaseErrorSummary } from '../db/errors.js'
-import { afterIo } from '../db/pool.js'
+import { afterIo } from '../db/after-io.js'
 import type { FeedInput, FeedPage } from '../db/queries/feed.js'
 import { FEED_PAGE_SIZE, feedEvent } from '../src/feed-events.js'
 import { FeedHub } from '../src/feed-hub.js'

@@ -85,7 +85,7 @@ const areas: Area[] = [
   {
     name: 'runtime',
     mutate: ['src/routes/health.ts', 'src/request-id.ts', 'plugins/db.ts', 'plugins/pressure.ts', 'plugins/lifecycle.ts', 'plugins/docs.ts',
-      'plugins/metrics.ts', 'db/errors.ts', 'db/pool.ts'],
+      'plugins/metrics.ts', 'db/errors.ts', 'db/pool.ts', 'db/after-io.ts'],
     // test/system/pgbouncer.test.ts covers the start behind a transaction pooler (plugins/db.ts), and
     // pgbouncer-outage.test.ts its refusals (db/errors.ts, db/pool.ts); they are skipped where
     // pgbouncer is not installed, and those mutants then count as not covered.

@@ -6,7 +6,7 @@
 // cooldown, and each is logged with its reason.
 import { KeyObject } from 'node:crypto'
 import type { createLocalJWKSet, JSONWebKeySet, JWSHeaderParameters } from 'jose'
-import { deadline } from '../../db/pool.js'
+import { deadline } from '../../db/after-io.js'
 
 export interface KeySetOptions {
   /**
