@@ -107,8 +107,10 @@ const schema = {
     // How often that lag is measured (its mean over the interval): a stall shorter than about the
     // interval is averaged away; a shorter interval reacts sooner and counts shorter stalls. At
     // least 100: the lag monitor (under-pressure's) ticks every 10 ms and a sample's first tick
-    // measures nothing, so a sample over a few ticks often holds no measure, which under-pressure
-    // takes for an infinite lag: at 10 ms a calm replica shed nearly every call and was never ready.
+    // measures nothing, so a sample in which the loop ticked once at most (a stall nearly as long
+    // as the interval) holds no measure, which under-pressure takes for an infinite lag, whatever
+    // MAX_EVENT_LOOP_DELAY_MS says: at 10 ms a calm replica shed nearly every call and was never
+    // ready (97 calls of 100 shed; at 20 ms, 5).
     EVENT_LOOP_SAMPLE_INTERVAL_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 1000 },
     // On SIGTERM: how long readiness fails while requests are still served (for the gateway to
     // notice), and the bound on the whole shutdown after which the process exits anyway.
