@@ -54,7 +54,7 @@ export class ReplicaSet extends EventEmitter {
   readonly #probeIntervalMs: number
   // The primary's positions over the last maxLag + a few intervals, oldest first.
   readonly #samples: PrimarySample[] = []
-  // The primary's first position probed: how long a replica behind it had lagged before is unknown.
+  // The primary's first position probed (since it was found another, or gone back: probe()): how long a replica behind it had lagged before is unknown.
   #firstLsn: bigint | undefined
   // Which cluster and database the primary is, from its last answer: a replica must be the same.
   #primaryIdentity: Identity | undefined
@@ -110,9 +110,19 @@ export class ReplicaSet extends EventEmitter {
       // no standby ever reports, would make an idle primary's replicas look behind for ever).
       const { rows: [row] } = await this.#primary.query<{ lsn: string } & Identity>(`SELECT pg_current_wal_lsn()::text AS lsn, ${IDENTITY}`)
       this.primaryReachable = true
+      const lsn = parseLsn(row.lsn)!
+      // Another cluster behind the URL (its positions are another WAL's), or the same one gone back
+      // in its WAL (a restore to an earlier point): the positions kept are of a history this primary
+      // does not have, and its replicas, measured against them, would lag for as long as they are
+      // kept, and be below the first position until the primary's WAL passed it (maybe months).
+      // Its positions are known from now on, as at a start.
+      if (this.#primaryIdentity !== undefined && (row.system !== this.#primaryIdentity.system || lsn < this.#samples.at(-1)!.lsn)) {
+        this.#samples.length = 0
+        this.#firstLsn = undefined
+      }
       this.#primaryIdentity = { system: row.system, database: row.database }
       const now = performance.now()
-      this.#samples.push({ lsn: parseLsn(row.lsn)!, at: now })
+      this.#samples.push({ lsn, at: now })
       this.#firstLsn ??= this.#samples[0].lsn
       // Kept for maxLag and four intervals more, and the one sample before: enough to tell that a
       // replica lags, so the lag reads at most about that (db_replica_lag_seconds says so).

@@ -2,6 +2,8 @@
 // (test/support/replication.ts): what its probe learns, which replica a read may go to and why
 // none may, the events an outage makes, and its end. test/system/replicas.test.ts tests the same
 // through the service, where the read path's own check of a replica's position hides some of it.
+import { once } from 'node:events'
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t, { type Test } from 'tap'
@@ -233,6 +235,67 @@ t.test('a standby of the primary named with another database: down, with the rea
   t.equal(set.replicas[0].up, false, 'another database: another state')
   t.equal(set.replicas[1].up, true, 'the primary\'s database')
   t.same(events, ['down replica-1: not a replica of the primary\'s database: it serves "other_database", the primary "postgres"'])
+})
+
+/** A loopback TCP proxy whose target can be changed: switchTo() ends the connections made so far. */
+async function switchingProxy (t: Test, url: string): Promise<{ url: string, switchTo: (url: string) => void }> {
+  let target = new URL(url)
+  const sockets = new Set<Socket>()
+  const server = createServer((client) => {
+    const upstream = connect(Number(target.port), target.hostname)
+    for (const socket of [client, upstream]) {
+      sockets.add(socket)
+      socket.on('error', () => {})
+      socket.on('close', () => { client.destroy(); upstream.destroy(); sockets.delete(socket) })
+    }
+    client.pipe(upstream)
+    upstream.pipe(client)
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => {
+    for (const socket of sockets) socket.destroy()
+    server.close()
+  })
+  const proxied = new URL(url)
+  proxied.port = String((server.address() as AddressInfo).port)
+  return {
+    url: proxied.href,
+    switchTo: (next) => {
+      target = new URL(next)
+      for (const socket of sockets) socket.destroy()
+    }
+  }
+}
+
+t.test('the primary\'s URL moved to another cluster, further back in its WAL: its replicas take reads once caught up with it, positions of the former cluster not compared with theirs', async (t) => {
+  // The test PostgreSQL as the former primary, its WAL moved past where the pair's primary is (and will be during the test).
+  const former = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL })
+  await former.connect()
+  t.teardown(() => former.end())
+  const formerLsn = async () => parseLsn((await former.query('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0].lsn)!
+  while (await formerLsn() < await primaryLsn() + 64n * 1024n * 1024n) {
+    await former.query("SELECT pg_logical_emit_message(false, 'replicas.test', 'a move'), pg_switch_wal()")
+  }
+  // One role on both, for one URL through the proxy to either (the database: the replica's).
+  for (const server of [former, primary]) {
+    await server.query("CREATE ROLE replicas_test_move LOGIN SUPERUSER PASSWORD 'moved'")
+    t.teardown(() => server.query('DROP ROLE replicas_test_move'))
+  }
+  const url = new URL(process.env.TEST_DATABASE_URL!)
+  Object.assign(url, { username: 'replicas_test_move', password: 'moved', pathname: new URL(cluster.replicaUrl).pathname })
+  const proxy = await switchingProxy(t, url.href)
+  const set = replicaSet(t, { primaryUrl: proxy.url })
+  await set.probe()
+  const [replica] = set.replicas
+  t.equal(replica.up, false, 'a standby of another cluster than the primary')
+  proxy.switchTo(cluster.primaryUrl)
+  // The first probe finds the former primary's connection gone; a later one asks the new primary.
+  for (let attempt = 0; attempt < 50 && !replica.up; attempt++) await set.probe()
+  t.equal(replica.up, true, 'a standby of the primary now')
+  await probeUntilCaughtUp(set, replica)
+  t.equal(set.lagMs(replica), 0)
+  t.equal(set.choose(), replica, 'caught up with the primary it replicates: it takes reads')
 })
 
 t.test('a replica lacking an object the primary has: reported once per replica and object', async (t) => {
