@@ -143,9 +143,15 @@ function invalidTokenDescription (error: unknown): string {
   return 'The access token is invalid'
 }
 
-// @fastify/jwt's key function; with decode.complete it is handed the decoded token.
-function fromKeySet (publicKeyOf: ReturnType<typeof keySetResolver>) {
-  return async (_request: FastifyRequest, token: TokenOrHeader) => publicKeyOf('header' in token ? token.header : token)
+// @fastify/jwt's key function; with decode.complete it is handed the decoded token. A token whose
+// alg no key may verify (none, HS256, PS256…) is refused before the set is asked: it is the token's
+// fault, so neither 503 keys-unavailable while the provider is down, nor a wait for a fetch.
+function fromKeySet (publicKeyOf: ReturnType<typeof keySetResolver>, algorithms: readonly string[]) {
+  return async (_request: FastifyRequest, token: TokenOrHeader) => {
+    const header = 'header' in token ? token.header : token
+    if (!algorithms.includes(header.alg)) throw new TokenError(TokenError.codes.invalidAlgorithm, 'The token algorithm is invalid.')
+    return publicKeyOf(header)
+  }
 }
 
 // fast-jwt's TTL of a refusal time cannot change, beside its clock tolerance: about the tolerance.
@@ -162,7 +168,7 @@ export default fp<AuthOptions>(async function auth (fastify, { key, issuer, audi
       ? key.secret
       : key.kind === 'public-key'
         ? { public: key.publicKey }
-        : fromKeySet(keySetResolver(key.url, key, fastify.log)),
+        : fromKeySet(keySetResolver(key.url, key, fastify.log), key.algorithms),
     // A key function sees the token's header only when the token is decoded whole.
     decode: { complete: true },
     verify: {

@@ -318,6 +318,35 @@ t.test('a kid two published keys share, past the cooldown: 401 at once, and no f
   t.equal(provider.requests(), fetched, 'no fetch for it')
 })
 
+t.test('a token whose alg no key may verify (none, HS256, PS256, RS384): 401 at once, the key set not asked: never 503 while the provider is down, no fetch past the cooldown', async (t) => {
+  const claims = { scope: 'read:resource', exp: inOneMinute() }
+  const pem = first.publicKey.export({ type: 'spki', format: 'pem' }) as string
+  const privatePem = first.privateKey.export({ type: 'pkcs8', format: 'pem' }) as string
+  const tokens = {
+    none: craftedToken({ alg: 'none', typ: 'JWT', kid: first.kid }, claims),
+    'HS256 keyed with the public key': craftedToken({ alg: 'HS256', typ: 'JWT', kid: first.kid }, claims, pem),
+    PS256: createSigner({ key: privatePem, algorithm: 'PS256', kid: first.kid })(claims),
+    RS384: createSigner({ key: privatePem, algorithm: 'RS384', kid: first.kid })(claims)
+  }
+  const down = await serve(() => undefined)
+  const fresh = await build(t, { JWT_SECRET: '', JWKS_URL: down.url })
+  for (const [label, token] of Object.entries(tokens)) {
+    const res = await fresh.request(ordersPath(), { token })
+    t.equal(res.status, 401, `provider down, ${label}: the token's fault, not the provider's`)
+    t.equal(res.headers.get('www-authenticate'), 'Bearer error="invalid_token", error_description="The access token is invalid"', label)
+  }
+  t.equal(down.requests(), 0, 'the provider was never asked')
+
+  const up = await serve(() => ({ keys: [jwk(first)] }))
+  const app = await build(t, { JWT_SECRET: '', JWKS_URL: up.url, JWKS_COOLDOWN_MS: '100' })
+  await app.seed(ordersFixture())
+  t.equal((await app.request(ordersPath(), { token: tokenFrom(first) })).status, 200, 'the set fetched, its key verifies')
+  const fetched = up.requests()
+  await sleep(150) // past the cooldown: a kid the set lacked would fetch again now
+  for (const [label, token] of Object.entries(tokens)) t.equal((await app.request(ordersPath(), { token })).status, 401, `set held, ${label}`)
+  t.equal(up.requests(), fetched, 'no fetch for them')
+})
+
 t.test('no key set was ever fetched and the provider is down → 503 keys-unavailable, not 401; within the failed fetch\'s cooldown, at once, without a fetch', async (t) => {
   const down = await serve(() => undefined)
   const fresh = await build(t, { JWT_SECRET: '', JWKS_URL: down.url, JWKS_COOLDOWN_MS: '60000' })
