@@ -50,6 +50,10 @@ export function jwtKeyOf (config: Config): JwtKey | undefined {
     if (/-----BEGIN [A-Z0-9 ]+?-----/.test(config.JWT_SECRET)) {
       throw new Error('Invalid configuration: JWT_SECRET holds a PEM key, not a shared secret: a public key goes in JWT_PUBLIC_KEY')
     }
+    // The same for a public key as a JWK, or a whole key set (fast-jwt's test: an RSA, EC or OKP kty).
+    if (isAsymmetricJwkJson(config.JWT_SECRET)) {
+      throw new Error('Invalid configuration: JWT_SECRET holds a JSON Web Key, not a shared secret: a public key goes in JWT_PUBLIC_KEY (as PEM), a key set\'s URL in JWKS_URL')
+    }
     return { kind: 'secret', algorithms: ['HS256'], secret: config.JWT_SECRET }
   }
   if (config.JWKS_URL) {
@@ -116,6 +120,19 @@ export function authOptionsOf (config: Config): AuthOptions {
     scopeClaims: scopeClaimsOf(config),
     maxLifetimeS: config.JWT_MAX_LIFETIME_S
   }
+}
+
+/** Whether `secret` is JSON of an asymmetric JWK, an array of them or a key set holding one, as fast-jwt refuses as an HMAC secret. */
+function isAsymmetricJwkJson (secret: string): boolean {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(secret)
+  } catch {
+    return false
+  }
+  const isAsymmetric = (jwk: unknown) => ['RSA', 'EC', 'OKP'].includes((jwk as { kty?: unknown } | null)?.kty as string)
+  const keys = (parsed as { keys?: unknown } | null)?.keys
+  return isAsymmetric(parsed) || (Array.isArray(parsed) && parsed.some(isAsymmetric)) || (Array.isArray(keys) && keys.some(isAsymmetric))
 }
 
 /** Whether `pem` is a private key Node can read (a public key is not). */

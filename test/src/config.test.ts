@@ -1,6 +1,6 @@
 // src/config.ts's production rules, in-process (test/system/server.test.ts starts a real process with one).
 import { execFileSync } from 'node:child_process'
-import { generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto'
+import { createPublicKey, generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto'
 import { readdirSync, readFileSync, realpathSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
@@ -80,6 +80,8 @@ t.test('JWKS over http: loopback hosts are local; any other host needs JWKS_ALLO
 })
 
 t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or with two keys → refuses to start, says why (the server exits 1 with this line)', async (t) => {
+  const rsaJwk = createPublicKey(rsaKeyPair().publicKey).export({ format: 'jwk' })
+  const ecJwk = createPublicKey(ecKeyPair().publicKey).export({ format: 'jwk' })
   const cases: Array<[Record<string, string>, RegExp]> = [
     [{ ...production, JWT_SECRET: TEST_SECRET }, /^Refusing to start: DATABASE_URL is required in production \(NODE_ENV=production\)\.$/],
     [{ ...production, DATABASE_URL: unreachable }, /one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required/],
@@ -106,7 +108,12 @@ t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or w
     // keys are not supported for signing"), a sentence naming neither the setting nor the remedy.
     [{ JWT_SECRET: rsaKeyPair().publicKey, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_SECRET holds a PEM key, not a shared secret: a public key goes in JWT_PUBLIC_KEY$/],
     [{ JWT_SECRET: ecKeyPair().privateKey, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_SECRET holds a PEM key/],
-    [{ ...production, JWT_SECRET: `  ${rsaKeyPair().publicKey.replaceAll('\n', '\\n')}`, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_SECRET holds a PEM key/]
+    [{ ...production, JWT_SECRET: `  ${rsaKeyPair().publicKey.replaceAll('\n', '\\n')}`, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_SECRET holds a PEM key/],
+    // The provider's public key as a JWK, or its whole key set: fast-jwt refuses them too when the
+    // auth registers ("Raw asymmetric JWK/JWKS JSON cannot be used as an HMAC secret"), naming nothing.
+    ...[rsaJwk, ecJwk, { keys: [rsaJwk] }, [ecJwk]].map((value): [Record<string, string>, RegExp] =>
+      [{ JWT_SECRET: ` ${JSON.stringify(value)}`, DATABASE_URL: unreachable },
+        /^Invalid configuration: JWT_SECRET holds a JSON Web Key, not a shared secret: a public key goes in JWT_PUBLIC_KEY \(as PEM\), a key set's URL in JWKS_URL$/])
   ]
   for (const [env, message] of cases) t.throws(() => startupConfigOf(env), { message }, JSON.stringify(env))
 })
