@@ -284,6 +284,25 @@ t.test('the gateway\'s request id is in the response, the problem body, the repl
   t.pass('in the gateway\'s and a replica\'s log')
 })
 
+t.test('a token in the URL is in neither the gateway\'s log nor the replica\'s: the gateway logs the path, JWT-shaped parts redacted', async (t) => {
+  // A client that puts its token in the query (RFC 6750's access_token) or in the path: the
+  // replica redacts it in its log (src/request-lines.ts), and the gateway's line must not undo that.
+  const signature = readWrite.split('.')[2]
+  // Whatever the replica answers them (400: it knows no such parameter, and no such id).
+  const inQuery = await send(gatewayPort, 'GET', `${collection}?limit=1&access_token=${readWrite}`)
+  const inPath = await send(gatewayPort, 'GET', `/resources/${readWrite}/authorized_clients/${CLIENT}/permissions`)
+  const ids = [inQuery, inPath].map(({ headers }) => headers['x-request-id'] as string)
+  await until('the gateway\'s log lines', () => ids.every((id) => logLineOf(gateway, id) !== undefined), 5_000)
+  const [queryLine, pathLine] = ids.map((id) => logLineOf(gateway, id)!)
+  t.notOk(queryLine.includes(signature), `no token in the line: ${queryLine}`)
+  t.match(queryLine, ` GET ${collection} ${inQuery.status} `, 'the path, without the query')
+  t.notOk(pathLine.includes(signature), `no token in the line: ${pathLine}`)
+  t.match(pathLine, ` GET /resources/[redacted]/authorized_clients/${CLIENT}/permissions ${inPath.status} `, 'the JWT in the path redacted')
+  const replicaLines = (id: string) => replicas.flatMap((replica) => replica.output().split('\n')).filter((line) => line.includes(`"reqId":"${id}"`))
+  await until('the replica\'s log lines', () => ids.every((id) => replicaLines(id).length > 0), 5_000)
+  for (const id of ids) t.notOk(replicaLines(id).some((line) => line.includes(signature)), 'nor in the replica\'s')
+})
+
 t.test('a caller\'s trace goes through the gateway: traceparent and tracestate untouched, the replica\'s request span its child', async (t) => {
   const caller = callerTraceparent()
   const answer = await send(gatewayPort, 'GET', `${collection}?limit=5`, { headers: { traceparent: caller.traceparent, tracestate: 'caller=gateway-test' } })
