@@ -329,7 +329,13 @@ t.test('/metrics through the gateway, however it is spelt → 404 problem, never
     t.equal(answer.status, 404, `${target} through the gateway`)
     t.equal(answer.headers['content-type'], 'application/problem+json', target)
     t.equal(JSON.parse(answer.body).status, 404, target)
-    t.equal(answer.headers['x-request-id'], undefined, `${target}: answered by the gateway, no replica saw it`)
+    // The gateway's request id, in its header and body as a replica gives it, and in the gateway's
+    // log line, which says no replica saw it.
+    const id = answer.headers['x-request-id'] as string
+    t.match(id, /^[0-9a-f-]{36}$/, `${target}: the request id`)
+    t.equal(JSON.parse(answer.body).request_id, id, `${target}: in the problem`)
+    await until(`the gateway's line of ${target}`, () => logLineOf(gateway, id) !== undefined, 5_000)
+    t.match(logLineOf(gateway, id), / 404 api\/<NOSRV> /, `${target}: answered by the gateway, no replica saw it`)
   }
   t.equal((await sendRaw(gatewayPort, '/%6detrics', 'HEAD')).status, 404, 'HEAD too')
   // A query string a replica refuses (broken percent-encoding, 400): the gateway's 404 comes first.
@@ -385,7 +391,10 @@ t.test('the gateway\'s own 500 is a problem too, not HAProxy\'s HTML page', asyn
   t.equal(longHost.status, 500)
   t.equal(longHost.headers['content-type'], 'application/problem+json')
   t.match(JSON.parse(longHost.body), { type: 'about:blank', status: 500 })
-  t.equal(longHost.headers['x-request-id'], undefined, 'answered by the gateway')
+  const id = longHost.headers['x-request-id'] as string
+  t.equal(JSON.parse(longHost.body).request_id, id, 'the request id in the problem as in its header')
+  await until('the gateway\'s line of the long Host', () => logLineOf(gateway, id) !== undefined, 5_000)
+  t.match(logLineOf(gateway, id), / 500 api\/<NOSRV> /, 'answered by the gateway')
   // Requests its HTTP/1 parser refuses (a header line without a colon, headers over its 16 KiB
   // buffer) are answered 400 with HAProxy 2.6's built-in HTML page whatever the configuration says
   // (https://github.com/haproxy/haproxy/issues/3032): refused, never passed on.
@@ -527,6 +536,9 @@ t.test('the gateway sends a request again only when no replica received it', asy
       t.match(JSON.parse(answer.body), { status: 502, detail: /may have been applied/ })
       t.ok((await granted()).includes(id), `${id} still granted: the real replica never received it`)
       const [{ requestId }] = stub.received
+      // The id the replica received (and would have logged): the client can name the request.
+      t.equal(answer.headers['x-request-id'], requestId, 'the request id the replica received, in the header')
+      t.equal(JSON.parse(answer.body).request_id, requestId, 'and in the problem')
       await until('the log line', () => logLineOf(retrying, requestId) !== undefined, 5_000)
       t.match(logLineOf(retrying, requestId), / 502 replicas\/replica-1 .* retries=0 /, 'one attempt, on the stand-in')
     }
@@ -719,6 +731,8 @@ t.test('a body sent a byte a second → 408 problem from the gateway at 10 s, co
     t.equal(answer.headers['content-type'], 'application/problem+json')
     t.equal(answer.headers.connection, 'close')
     t.equal(JSON.parse(answer.body).status, 408)
+    t.match(answer.headers['x-request-id'], /^[0-9a-f-]{36}$/, `${which}: the request id`)
+    t.equal(JSON.parse(answer.body).request_id, answer.headers['x-request-id'], `${which}: in the problem too`)
     t.ok(bodyBytesSent < 1000, `${which}: ${bodyBytesSent} of 1000 bytes sent`)
     // timeout http-request: 10 s for the whole request.
     t.ok(closedAfterMs !== undefined && closedAfterMs >= 9_500 && closedAfterMs < 15_000, `${which}: closed by the gateway after ${closedAfterMs} ms`)
