@@ -63,6 +63,10 @@ t.test('the gateway is published on 127.0.0.1 unless GATEWAY_HOST_IP says otherw
   for (const name of replicas) t.notOk(deployment.config.services[name].ports, `${name} publishes nothing`)
 })
 
+t.test('the gateway and the replicas run on a read-only filesystem: they write nothing (.ci/runtime-image-check runs the service so)', async (t) => {
+  for (const name of ['gateway', ...replicas]) t.equal(deployment.config.services[name].read_only, true, name)
+})
+
 t.test('the replicas trust forwarded headers from the gateway\'s fixed address only', async (t) => {
   const { config } = chosen
   const gatewayAddress = config.services.gateway.networks.default.ipv4_address
