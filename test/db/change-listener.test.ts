@@ -181,7 +181,9 @@ t.test('a stall of the event loop past its timeout while the server answers a ch
   // given in time, waits unread in the socket while the check's deadline runs out.
   const { url, admin } = await setUp(t)
   const proxy = await holdingProxy(t, url)
-  const listener = new ChangeListener({ connectionString: proxy.url, retryMs: 50, timeoutMs: 300, checkMs: 200 })
+  // Checks further apart than the timeout: a bound left running once its check was answered would
+  // cut the connection in the silence between two checks.
+  const listener = new ChangeListener({ connectionString: proxy.url, retryMs: 50, timeoutMs: 300, checkMs: 700 })
   t.teardown(() => listener.close())
   const events = counted(listener)
   listener.start()

@@ -164,11 +164,15 @@ t.test('a stall of the event loop past DATABASE_QUERY_TIMEOUT_MS, the database h
   await lagging.seed(ordersFixture())
   const listLagging = () => lagging.request(ordersPath(), { token: readToken() })
   t.equal((await listLagging()).status, 200, 'served; the pool has its connection')
+  let connects = 0
+  lagging.app.db.on('connect', () => { connects++ })
   proxy.stallAfterNextAnswer(1000)
   const answer = await listLagging()
   t.equal(answer.status, 200, 'the database answered at once')
   const metrics = await (await fetch(`${lagging.baseUrl}/metrics`)).text()
   t.match(metrics, /db_errors_total\{kind="unavailable"\} 0\n/, 'no outage counted')
+  t.equal((await listLagging()).status, 200)
+  t.equal(connects, 0, 'its connection kept: not ended as unanswered once its answer was read')
 })
 
 t.test('a stall of the event loop past DATABASE_CONNECTION_WAIT_MS, the pooled connection answered in time: the request queued for it is served, not shed', async (t) => {

@@ -82,6 +82,8 @@ t.test('JWKS over http: loopback hosts are local; any other host needs JWKS_ALLO
 t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or with two keys → refuses to start, says why (the server exits 1 with this line)', async (t) => {
   const rsaJwk = createPublicKey(rsaKeyPair().publicKey).export({ format: 'jwk' })
   const ecJwk = createPublicKey(ecKeyPair().publicKey).export({ format: 'jwk' })
+  const okpJwk = generateKeyPairSync('ed25519').publicKey.export({ format: 'jwk' })
+  const octJwk = { kty: 'oct', k: randomBytes(32).toString('base64url') }
   const cases: Array<[Record<string, string>, RegExp]> = [
     [{ ...production, JWT_SECRET: TEST_SECRET }, /^Refusing to start: DATABASE_URL is required in production \(NODE_ENV=production\)\.$/],
     [{ ...production, DATABASE_URL: unreachable }, /one of JWKS_URL, JWT_PUBLIC_KEY or JWT_SECRET is required/],
@@ -111,11 +113,20 @@ t.test('production without DATABASE_URL, a key, JWT_ISSUER or JWT_AUDIENCE, or w
     [{ ...production, JWT_SECRET: `  ${rsaKeyPair().publicKey.replaceAll('\n', '\\n')}`, DATABASE_URL: unreachable }, /^Invalid configuration: JWT_SECRET holds a PEM key/],
     // The provider's public key as a JWK, or its whole key set: fast-jwt refuses them too when the
     // auth registers ("Raw asymmetric JWK/JWKS JSON cannot be used as an HMAC secret"), naming nothing.
-    ...[rsaJwk, ecJwk, { keys: [rsaJwk] }, [ecJwk]].map((value): [Record<string, string>, RegExp] =>
+    // Any asymmetric one (RSA, EC, OKP), alone, in an array or in a set, beside symmetric ones too.
+    ...[rsaJwk, ecJwk, okpJwk, { keys: [rsaJwk] }, [ecJwk], [octJwk, rsaJwk], { keys: [octJwk, okpJwk] }].map((value): [Record<string, string>, RegExp] =>
       [{ JWT_SECRET: ` ${JSON.stringify(value)}`, DATABASE_URL: unreachable },
         /^Invalid configuration: JWT_SECRET holds a JSON Web Key, not a shared secret: a public key goes in JWT_PUBLIC_KEY \(as PEM\), a key set's URL in JWKS_URL$/])
   ]
   for (const [env, message] of cases) t.throws(() => startupConfigOf(env), { message }, JSON.stringify(env))
+})
+
+t.test('a secret that is JSON but holds no asymmetric key (a symmetric JWK, a number, null, a set of other keys) is a secret like any other', async (t) => {
+  const octJwk = { kty: 'oct', k: randomBytes(32).toString('base64url') }
+  for (const secret of [JSON.stringify(octJwk), JSON.stringify([octJwk]), JSON.stringify({ keys: [octJwk] }), JSON.stringify({ keys: 5, pad: TEST_SECRET }),
+    '1'.repeat(40), `null${' '.repeat(40)}`, JSON.stringify(TEST_SECRET)]) {
+    t.match(jwtKeyOf(loadConfig({ JWT_SECRET: secret })), { kind: 'secret', secret }, secret)
+  }
 })
 
 t.test('any NODE_ENV but unset, development or test gets production rules: no embedded database, no generated secret', async (t) => {
