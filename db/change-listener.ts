@@ -97,9 +97,12 @@ export class ChangeListener extends EventEmitter<{ change: [], listening: [], lo
           if (settled) return
           const silentMs = performance.now() - Math.max(since, heardAt)
           // Stryker disable next-line EqualityOperator: equivalent: a silence of exactly the bound, to the fraction of a ms, is no case a test can make
-          if (silentMs >= this.#timeoutMs) socket.destroy(new Error(timedOut))
-          // Stryker disable next-line ArithmeticOperator: equivalent but for timing: a longer wait checks again later, and cuts a silent server past the bound still
-          else wait(this.#timeoutMs - silentMs)
+          if (silentMs >= this.#timeoutMs) {
+            socket.destroy(new Error(timedOut))
+          } else {
+            // Stryker disable next-line ArithmeticOperator: equivalent but for timing: a longer wait checks again later, and cuts a silent server past the bound still
+            wait(this.#timeoutMs - silentMs)
+          }
         }), ms).unref()
       }
       wait(this.#timeoutMs)
