@@ -4,9 +4,13 @@
 // in time, still unread, for none (an outage, a replica down, a consumer cut, a key set missing).
 // Used by the pool, the change feed's LISTEN connection and heartbeat, and the key set's fetch.
 
-/** Runs `fn` once the event loop has read the I/O waiting now (setImmediate runs after the loop's poll for I/O). */
+/**
+ * Runs `fn` once the event loop has read the I/O waiting now (setImmediate runs after the loop's
+ * poll for I/O). Not unref'd: an unref'd immediate does not keep the poll from blocking, so it
+ * would wait for the next unrelated event (seconds on an idle process) before it ran.
+ */
 export function afterIo (fn: () => void): void {
-  setImmediate(fn).unref()
+  setImmediate(fn)
 }
 
 /**

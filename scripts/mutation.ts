@@ -90,7 +90,7 @@ const areas: Area[] = [
     // pgbouncer-outage.test.ts its refusals (db/errors.ts, db/pool.ts); they are skipped where
     // pgbouncer is not installed, and those mutants then count as not covered.
     // registration.test first: about two seconds, and it kills what breaks a plugin's registration.
-    testFiles: ['test/plugins/registration.test.ts', 'test/db/pool.test.ts', 'test/plugins/metrics.test.ts', 'test/http/observability.test.ts', 'test/plugins/docs.test.ts',
+    testFiles: ['test/db/after-io.test.ts', 'test/plugins/registration.test.ts', 'test/db/pool.test.ts', 'test/plugins/metrics.test.ts', 'test/http/observability.test.ts', 'test/plugins/docs.test.ts',
       'test/system/pgbouncer.test.ts', 'test/system/pgbouncer-outage.test.ts', 'test/plugins/pressure.test.ts', 'test/system/shutdown.test.ts', 'test/db/overload.test.ts', 'test/system/outage.test.ts',
       // readiness while starting; the reads routed to replicas, their fallbacks and metrics (58 of
       // plugins/db.ts's mutants and 48 of plugins/metrics.ts's had no test before them, 2026-11-26);

@@ -216,3 +216,22 @@ t.test('a stall of the event loop past its timeout while the server answers its 
   await admin.query(`NOTIFY ${CHANGES_CHANNEL}`)
   await until('a change told', () => events.change >= 1, 10_000)
 })
+
+t.test('a server that answers the connect\'s first message late, then nothing: given up once silent for timeoutMs, counted from its last word', async (t) => {
+  // Not PostgreSQL: it asks for a password 150 ms after the startup message, then says no more.
+  // Half the bound has passed by its word: the connect is given up about 300 ms after it.
+  const server = net.createServer((socket) => {
+    socket.on('error', () => {})
+    socket.once('data', () => { setTimeout(() => socket.write(Buffer.from([0x52, 0, 0, 0, 8, 0, 0, 0, 3])), 150) })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.close() })
+  const listener = new ChangeListener({ connectionString: `postgres://x:y@127.0.0.1:${(server.address() as net.AddressInfo).port}/x`, retryMs: 60_000, timeoutMs: 300 })
+  t.teardown(() => listener.close())
+  const lost = once(listener, 'lost') as Promise<[Error]>
+  listener.start()
+  const error = await Promise.race([lost.then(([error]) => error), sleep(5_000).then(() => undefined)])
+  t.equal(error?.message, 'timeout expired', 'given up, as a connect that timed out')
+  t.equal(listener.listening, false)
+})
