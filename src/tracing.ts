@@ -291,6 +291,7 @@ export interface SpanOfRequest {
   setAttribute: (name: string, value: string | number) => unknown
   updateName: (name: string) => unknown
   spanContext: () => { traceId: string, spanId: string }
+  end: () => unknown
 }
 
 interface RequestTelemetry { enabled: boolean, span?: SpanOfRequest | null, context?: Context | null }
@@ -320,4 +321,14 @@ export function inRequestContext<T> (request: FastifyRequest, send: () => T): T 
 /** The request's span, when tracing is on and this request is traced (@fastify/otel's decorator). */
 export function requestSpan (request: FastifyRequest): SpanOfRequest | undefined {
   return tracedTelemetry(request)?.span ?? undefined
+}
+
+/**
+ * Ends the request's span (when traced) for a request left without an answer: a stream whose
+ * consumer was gone before its handler ran returns the reply unsent, so no onSend hook (where
+ * @fastify/otel ends the span) or onResponse hook ever runs, and the span would stay open,
+ * never exported. It ends with no status code, none having been sent.
+ */
+export function endUnanswered (request: FastifyRequest): void {
+  requestSpan(request)?.end()
 }

@@ -5,8 +5,9 @@
 // span; every log line of a traced request names the trace. And with no exporter configured, no
 // part of the SDK is loaded (only the API, which prom-client uses anyway).
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { createPublicKey } from 'node:crypto'
 import { once } from 'node:events'
-import { createServer, get } from 'node:http'
+import { createServer, get, request, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { pathToFileURL } from 'node:url'
@@ -22,7 +23,7 @@ import { backendPid, createTestDatabase, lockWaiter } from '../support/database.
 import { loaderArgs, runnableOf } from '../support/node-args.js'
 import { productionServerEnv, serverProcess } from '../support/server-process.js'
 import { callerTraceparent, otlpReceiver, type ReceivedSpan } from '../support/otlp-receiver.js'
-import { productionClaims, TEST_SECRET, token } from '../support/tokens.js'
+import { ecKeyPair, productionClaims, TEST_SECRET, token } from '../support/tokens.js'
 
 const SERVER_KIND = 2
 
@@ -375,6 +376,44 @@ t.test('a statement sent outside any request (the feed\'s shared reader) on a co
   const lists = new Set(sent)
   t.same(spans.filter((span) => lists.has(span.traceId) && isStatement(span) && !span.name.startsWith('pg.query:list')).map(({ name, traceId }) => ({ name, traceId })), [],
     `${sent.length} lists: no other statement in their traces`)
+})
+
+t.test('a stream\'s consumer gone while its token waits for the key set, before the handler runs: the request span still ends', async (t) => {
+  const receiver = await otlpReceiver(t)
+  // The token waits for the key set's fetch, held here until the consumer is gone.
+  const held: ServerResponse[] = []
+  const jwk = { ...createPublicKey(ecKeyPair().publicKey).export({ format: 'jwk' }), alg: 'ES256', use: 'sig' }
+  const keys = createServer((_request, response) => { held.push(response) }).listen(0, '127.0.0.1')
+  await once(keys, 'listening')
+  t.teardown(() => { keys.closeAllConnections(); keys.close() })
+  const server = await startServer({
+    OTEL_EXPORTER_OTLP_ENDPOINT: receiver.endpoint,
+    OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    OTEL_BSP_SCHEDULE_DELAY: '100',
+    JWT_SECRET: '',
+    JWKS_URL: `http://127.0.0.1:${(keys.address() as AddressInfo).port}/jwks.json`
+  })
+  const caller = callerTraceparent()
+  const req = request(`${server.url}/permission_changes`, {
+    agent: false,
+    headers: { accept: 'text/event-stream', traceparent: caller.traceparent, authorization: `Bearer ${token({ scope: 'read:resource', ...productionClaims }, { algorithm: 'ES256', expiresIn: 600 })}` }
+  })
+  req.on('error', () => {})
+  req.end()
+  for (const started = Date.now(); held.length === 0 && Date.now() - started < 10_000;) await sleep(20)
+  t.equal(held.length, 1, 'the key set asked for')
+  req.destroy()
+  // The server sees the consumer gone (there is nothing of it to wait for in another process).
+  await sleep(500)
+  held[0].setHeader('content-type', 'application/json')
+  held[0].end(JSON.stringify({ keys: [jwk] }))
+  // A list after it, in a trace of its own.
+  const after = callerTraceparent()
+  t.equal((await fetch(`${server.url}${ordersPath()}`, { headers: { authorization: `Bearer ${token({ scope: 'read:resource', ...productionClaims }, { algorithm: 'ES256', expiresIn: 600 })}`, traceparent: after.traceparent } })).status, 200)
+  // Exported after the stream's would have been: spans leave in the order they end.
+  const spans = await receiver.until('the list after it', (spans) => spans.some((span) => span.traceId === after.traceId && span.kind === SERVER_KIND))
+  t.match(spans.find((span) => span.traceId === caller.traceId && span.kind === SERVER_KIND), { name: 'GET /permission_changes', parentSpanId: caller.parentSpanId },
+    'ended, and exported')
 })
 
 t.test('a grant too large, with replicas: the primary\'s position, asked after the failed change, below the request span too', async (t) => {

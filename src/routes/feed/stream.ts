@@ -18,6 +18,7 @@ import { tokenAcceptedUntil } from '../../../plugins/auth/index.js'
 import type { OpenStream } from '../../../plugins/feed.js'
 import { problems } from '../../problems.js'
 import { assertNotPruned } from './pruned.js'
+import { endUnanswered } from '../../tracing.js'
 
 const ROOM_CHECK_MS = 100
 // On shutdown: how long a stream's last bytes may take to reach its consumer before the
@@ -261,6 +262,8 @@ export async function streamFeed (fastify: FastifyInstance, request: FastifyRequ
   }
   if (reply.raw.destroyed) {
     gone()
+    // Nothing is sent: no hook of the answer runs, and the request's span is ended here.
+    endUnanswered(request)
     return reply
   }
   reply.raw.once('close', gone)
