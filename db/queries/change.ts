@@ -12,8 +12,10 @@ import { type StatementOptions, type Target, type TargetRow, statement, targetCo
 // than this service, and held already: authorizationLocks), whether each precondition holds,
 // and whether every id is a permission of the resource (one index scan). The change joins
 // `locked`, so the row is locked before it writes anything (the sub-statements of a WITH run in no
-// set order otherwise).
-const changeContext = `
+// set order otherwise). The resource's permissions among the ids are read once, into `requested`:
+// locked FOR SHARE by the grant (see grantSql), so that the check that every id is one, the 422's
+// ids and the rows granted all come from the same rows.
+const changeContext = (lock: boolean) => `
   target AS (
     SELECT ${targetColumns}
   ), locked AS MATERIALIZED (
@@ -22,10 +24,11 @@ const changeContext = `
     SELECT $4::bigint[] IS NULL OR coalesce((SELECT version FROM locked) = ANY ($4::bigint[]), false) AS met,
       NOT ($9::boolean AND EXISTS (SELECT FROM locked))
         AND NOT coalesce((SELECT version FROM locked) = ANY ($8::bigint[]), false) AS none_match_met
+  ), requested AS MATERIALIZED (
+    SELECT id, name, description FROM permissions WHERE resource_id = $1 AND id = ANY ($3::text[])${lock ? ' FOR SHARE' : ''}
   ), known AS (
     SELECT count(*) = (SELECT count(DISTINCT id) FROM unnest($3::text[]) AS id) AS all_known
-    FROM permissions
-    WHERE resource_id = $1 AND id = ANY ($3::text[])
+    FROM requested
   )`
 
 // The ids of $3 that are not permissions of the resource, in request order, each once: worked out
@@ -35,8 +38,8 @@ const unknownIds = `
       SELECT array_agg(r.id ORDER BY r.position)
       FROM (
         SELECT id, min(position) AS position
-        FROM unnest($3::text[]) WITH ORDINALITY AS requested (id, position)
-        WHERE NOT EXISTS (SELECT 1 FROM permissions p WHERE p.resource_id = $1 AND p.id = requested.id)
+        FROM unnest($3::text[]) WITH ORDINALITY AS ids (id, position)
+        WHERE NOT EXISTS (SELECT 1 FROM requested p WHERE p.id = ids.id)
         GROUP BY id
       ) r
     ) END AS unknown_permission_ids`
@@ -74,7 +77,7 @@ const recordChange = (action: 'granted' | 'unauthorized') => `
 
 /** The unauthorize statement: removes the grants only when the change applies. */
 export const unauthorizeSql = `
-  WITH ${changeContext}, changed AS (
+  WITH ${changeContext(false)}, changed AS (
     DELETE FROM grants g
     USING target, precondition, known, locked
     WHERE ${changeApplies}
@@ -94,15 +97,18 @@ export const unauthorizeSql = `
  * description check, migration 0008, takes anyway): a rename or a new description under way is
  * waited for and its row read again, so the grant carries the name committed last. Read without the
  * lock, a name renamed meanwhile failed the grant's key (MATCH FULL on the name) with 23503, a 500.
+ * They are locked where they are first read (`requested`), and every id is counted from the rows
+ * locked: a permission deleted while the grant waited for its row is gone from them, so the grant is
+ * refused with a 422 naming it. Locked only in the insert, the check had counted it from the
+ * statement's snapshot and the insert skipped it: the other ids were granted, with a 204.
  */
 export const grantSql = `
-  WITH ${changeContext}, changed AS (
+  WITH ${changeContext(true)}, changed AS (
     INSERT INTO grants (resource_id, client_id, permission_id, permission_name, permission_description)
     SELECT $1, $2, p.id, p.name, p.description
-    FROM permissions p, target, precondition, known, locked
-    WHERE ${changeApplies} AND p.resource_id = $1 AND p.id = ANY ($3::text[])
+    FROM requested p, target, precondition, known, locked
+    WHERE ${changeApplies}
       AND NOT EXISTS (SELECT FROM grants g WHERE g.resource_id = $1 AND g.client_id = $2 AND g.permission_id = p.id)
-    FOR SHARE OF p
     RETURNING permission_id
   )${recordChange('granted')}`
 

@@ -324,3 +324,30 @@ t.test('an authorization deleted as the change statement locks it → 404 client
   const { rowCount } = await harness.db.query("SELECT 1 FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-c'")
   t.equal(rowCount, 0, 'nothing granted')
 })
+
+// A permission deleted while a grant of it waits for its row: the grant's check that every id is a
+// permission read the row before the delete committed, its insert then skipped the row gone. The
+// grant must refuse it all (422), not grant the rest and answer 204.
+t.test('a POST whose permission is deleted while it waits for the row → 422, nothing granted', async (t) => {
+  const harness = await build(t)
+  await harness.seed(ordersFixture())
+  const grantsOfA = async () => (await harness.db.query(
+    "SELECT permission_id FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-a' ORDER BY 1")).rows.map((row) => row.permission_id)
+  const before = await grantsOfA()
+  const history = async () => (await harness.db.query('SELECT count(*)::int AS n FROM permission_changes')).rows[0].n
+  const changesBefore = await history()
+  const locker = await harness.db.connect()
+  t.teardown(() => locker.release())
+  await locker.query('BEGIN')
+  await locker.query("DELETE FROM permissions WHERE resource_id = 'orders-api' AND id = 'p_delete_refunds'")
+  const pending = harness.request(ordersPath(), {
+    method: 'POST', token: token({ scope: 'create:resource' }), json: ['p_update_refunds', 'p_delete_refunds']
+  })
+  t.ok(await lockWaiter(harness.db, { statement: '%INSERT INTO grants%' }), 'the grant waits for the deleted row')
+  await locker.query('COMMIT')
+  const res = await pending
+  t.equal(res.status, 422)
+  t.match(res.body, { type: '/problems/unknown-permissions', unknown_permission_ids: ['p_delete_refunds'] })
+  t.same(await grantsOfA(), before, 'nothing granted')
+  t.equal(await history(), changesBefore, 'no history row')
+})
