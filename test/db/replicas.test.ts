@@ -2,8 +2,6 @@
 // (test/support/replication.ts): what its probe learns, which replica a read may go to and why
 // none may, the events an outage makes, and its end. test/system/replicas.test.ts tests the same
 // through the service, where the read path's own check of a replica's position hides some of it.
-import { once } from 'node:events'
-import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import t, { type Test } from 'tap'
@@ -237,37 +235,6 @@ t.test('a standby of the primary named with another database: down, with the rea
   t.same(events, ['down replica-1: not a replica of the primary\'s database: it serves "other_database", the primary "postgres"'])
 })
 
-/** A loopback TCP proxy whose target can be changed: switchTo() ends the connections made so far. */
-async function switchingProxy (t: Test, url: string): Promise<{ url: string, switchTo: (url: string) => void }> {
-  let target = new URL(url)
-  const sockets = new Set<Socket>()
-  const server = createServer((client) => {
-    const upstream = connect(Number(target.port), target.hostname)
-    for (const socket of [client, upstream]) {
-      sockets.add(socket)
-      socket.on('error', () => {})
-      socket.on('close', () => { client.destroy(); upstream.destroy(); sockets.delete(socket) })
-    }
-    client.pipe(upstream)
-    upstream.pipe(client)
-  })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => {
-    for (const socket of sockets) socket.destroy()
-    server.close()
-  })
-  const proxied = new URL(url)
-  proxied.port = String((server.address() as AddressInfo).port)
-  return {
-    url: proxied.href,
-    switchTo: (next) => {
-      target = new URL(next)
-      for (const socket of sockets) socket.destroy()
-    }
-  }
-}
-
 t.test('the primary\'s URL moved to another cluster, further back in its WAL: its replicas take reads once caught up with it, positions of the former cluster not compared with theirs', async (t) => {
   // The test PostgreSQL as the former primary, its WAL moved past where the pair's primary is (and will be during the test).
   const former = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL })
@@ -284,7 +251,7 @@ t.test('the primary\'s URL moved to another cluster, further back in its WAL: it
   }
   const url = new URL(process.env.TEST_DATABASE_URL!)
   Object.assign(url, { username: 'replicas_test_move', password: 'moved', pathname: new URL(cluster.replicaUrl).pathname })
-  const proxy = await switchingProxy(t, url.href)
+  const proxy = await holdingProxy(t, url.href)
   const set = replicaSet(t, { primaryUrl: proxy.url })
   await set.probe()
   const [replica] = set.replicas

@@ -23,6 +23,8 @@ export interface HoldingProxy {
    * waits in the client's socket while the loop is busy (a process that lags, its database answering).
    */
   stallAfterNextAnswer: (ms: number) => void
+  /** Sends new connections to the server at `url` from now on, and ends those made so far. */
+  switchTo: (url: string) => void
 }
 
 // The loop is blocked as by a long synchronous task, but asleep: a spin would take a core from the
@@ -31,7 +33,7 @@ const blocked = new Int32Array(new SharedArrayBuffer(4))
 
 /** A proxy to the server at `url`, closed with its connections when `t` ends. */
 export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy> {
-  const target = new URL(url)
+  let target = new URL(url)
   const sends = new EventEmitter()
   const sockets = new Set<Socket>()
   let held: Array<() => void> | undefined
@@ -94,6 +96,10 @@ export async function holdingProxy (t: Test, url: string): Promise<HoldingProxy>
       else pass()
     },
     nextSend: () => once(sends, 'send'),
-    stallAfterNextAnswer: (ms) => { stallMs = ms }
+    stallAfterNextAnswer: (ms) => { stallMs = ms },
+    switchTo: (next) => {
+      target = new URL(next)
+      for (const socket of sockets) socket.destroy()
+    }
   }
 }
