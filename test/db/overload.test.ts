@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto'
 import { PassThrough } from 'node:stream'
 import pg from 'pg'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { seedDatabase } from '../../db/seed.js'
 import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { createTestDatabase, newDatabase, testDatabaseUrl } from '../support/database.js'
@@ -155,15 +155,25 @@ t.test('/readyz: the database refuses the probe one more connection while the po
   t.match(idle.body, { type: '/problems/database-unavailable' })
 })
 
-t.test('a stall of the event loop past DATABASE_QUERY_TIMEOUT_MS, the database having answered in time: served, not database-unavailable', async (t) => {
-  // The bound is on a server that answers nothing; an answer waiting in the socket while the loop
-  // was busy is read before the query is ended as unanswered.
+/**
+ * A service whose database is behind a holding proxy (test/support/holding-proxy.ts), seeded, its
+ * pool's connection made by a first list: the proxy can then stall this process's loop right after
+ * an answer, as a service that lags while its database answers.
+ */
+async function behindHoldingProxy (t: Test, env: Record<string, string>) {
   const { url, drop } = await newDatabase({ migrated: true })
   const proxy = await holdingProxy(t, url)
-  const lagging = await build(t, { DATABASE_URL: proxy.url, DATABASE_STATEMENT_TIMEOUT_MS: '200', DATABASE_QUERY_TIMEOUT_MS: '300' }, { database: { url, drop } })
+  const lagging = await build(t, { DATABASE_URL: proxy.url, ...env }, { database: { url, drop } })
   await lagging.seed(ordersFixture())
   const listLagging = () => lagging.request(ordersPath(), { token: readToken() })
   t.equal((await listLagging()).status, 200, 'served; the pool has its connection')
+  return { proxy, lagging, listLagging }
+}
+
+t.test('a stall of the event loop past DATABASE_QUERY_TIMEOUT_MS, the database having answered in time: served, not database-unavailable', async (t) => {
+  // The bound is on a server that answers nothing; an answer waiting in the socket while the loop
+  // was busy is read before the query is ended as unanswered.
+  const { proxy, lagging, listLagging } = await behindHoldingProxy(t, { DATABASE_STATEMENT_TIMEOUT_MS: '200', DATABASE_QUERY_TIMEOUT_MS: '300' })
   let connects = 0
   lagging.app.db.on('connect', () => { connects++ })
   proxy.stallAfterNextAnswer(1000)
@@ -179,12 +189,7 @@ t.test('a stall of the event loop past DATABASE_CONNECTION_WAIT_MS, the pooled c
   // The connection the request waits for became free in time: its holder's answer reached the
   // socket while the loop was busy. The wait must read it before it gives up (503 overloaded),
   // and on a replica, before the replica is marked down for it.
-  const { url, drop } = await newDatabase({ migrated: true })
-  const proxy = await holdingProxy(t, url)
-  const lagging = await build(t, { DATABASE_URL: proxy.url, DATABASE_POOL_MAX: '1', DATABASE_CONNECTION_WAIT_MS: '300' }, { database: { url, drop } })
-  await lagging.seed(ordersFixture())
-  const listLagging = () => lagging.request(ordersPath(), { token: readToken() })
-  t.equal((await listLagging()).status, 200, 'served; the pool has its connection')
+  const { proxy, lagging, listLagging } = await behindHoldingProxy(t, { DATABASE_POOL_MAX: '1', DATABASE_CONNECTION_WAIT_MS: '300' })
   proxy.hold()
   const sent = proxy.nextSend()
   const holder = listLagging()
