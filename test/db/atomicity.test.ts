@@ -7,12 +7,14 @@ import { ordersFixture, ordersPath } from '../support/fixtures.js'
 import { build, type Harness } from '../support/harness.js'
 import { deleteToken, token } from '../support/tokens.js'
 
+/** The permissions app-a holds on orders-api, in order. */
+const grantsOfA = async (harness: Harness): Promise<string[]> => (await harness.db.query<{ permission_id: string }>(
+  "SELECT permission_id FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-a' ORDER BY 1")).rows.map((row) => row.permission_id)
+
 t.test('the connection of a DELETE is killed after it removed some rows → 503, none removed', async (t) => {
   const harness = await build(t)
   await harness.seed(ordersFixture())
-  const grantsOfA = async () => (await harness.db.query(
-    "SELECT permission_id FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-a' ORDER BY 1")).rows.map((row) => row.permission_id)
-  const before = await grantsOfA()
+  const before = await grantsOfA(harness)
 
   // Another transaction holds the last of the three rows in index order, so the DELETE gets past
   // p_create_orders and p_read_orders and waits on p_update_orders.
@@ -31,13 +33,13 @@ t.test('the connection of a DELETE is killed after it removed some rows → 503,
   t.equal(res.status, 503)
   t.match(res.body, { type: '/problems/database-unavailable' })
   await locker.query('ROLLBACK')
-  t.same(await grantsOfA(), before, 'all three grants are still there')
+  t.same(await grantsOfA(harness), before, 'all three grants are still there')
 
   const retry = await harness.request(ordersPath(), {
     method: 'DELETE', token: deleteToken(), json: ['p_read_orders', 'p_create_orders', 'p_update_orders']
   })
   t.equal(retry.status, 204, 'the retry, with the database back, removes them')
-  t.equal((await grantsOfA()).length, before.length - 3)
+  t.equal((await grantsOfA(harness)).length, before.length - 3)
 })
 
 // The DELETE sets its own bound in its transaction: with the session settings sent on each
@@ -331,9 +333,7 @@ t.test('an authorization deleted as the change statement locks it → 404 client
 t.test('a POST whose permission is deleted while it waits for the row → 422, nothing granted', async (t) => {
   const harness = await build(t)
   await harness.seed(ordersFixture())
-  const grantsOfA = async () => (await harness.db.query(
-    "SELECT permission_id FROM grants WHERE resource_id = 'orders-api' AND client_id = 'app-a' ORDER BY 1")).rows.map((row) => row.permission_id)
-  const before = await grantsOfA()
+  const before = await grantsOfA(harness)
   const history = async () => (await harness.db.query('SELECT count(*)::int AS n FROM permission_changes')).rows[0].n
   const changesBefore = await history()
   const locker = await harness.db.connect()
@@ -348,6 +348,6 @@ t.test('a POST whose permission is deleted while it waits for the row → 422, n
   const res = await pending
   t.equal(res.status, 422)
   t.match(res.body, { type: '/problems/unknown-permissions', unknown_permission_ids: ['p_delete_refunds'] })
-  t.same(await grantsOfA(), before, 'nothing granted')
+  t.same(await grantsOfA(harness), before, 'nothing granted')
   t.equal(await history(), changesBefore, 'no history row')
 })
