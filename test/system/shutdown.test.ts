@@ -246,6 +246,9 @@ t.test('a shutdown cut short (SHUTDOWN_TIMEOUT_MS passed, or a second signal): e
   held.sendRest()
 
   const twice = await startedServer(t, databaseUrl, { SHUTDOWN_DELAY_MS: '5000' })
+  // Serving, not still starting: a signal between the listening line and the end of the start
+  // stops the start instead ("stopped before serving", exit 0), which is not the case tested here.
+  await until('ready', async () => await get(twice.port, '/readyz') === 200, 30_000)
   twice.child.kill('SIGTERM')
   await until('draining', () => /draining before close/.test(twice.output()), 10_000)
   twice.child.kill('SIGTERM')
